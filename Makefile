@@ -1,0 +1,28 @@
+# Two entry points: `make demo` (set up + build the sample index) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned: the CPU wheel of 2.13.0 is what these machines provide.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/ragsieve build --input sample_corpus --output out
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/build_throughput.py
+
+clean:
+	rm -rf out build *.egg-info

