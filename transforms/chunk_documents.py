@@ -10,6 +10,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.models import SharedModel
+from transforms.semantic_chunking import semantic_spans
 from transforms.text import content_hash
 from transforms.types import Chunk, Document, make_chunk_id
 
@@ -36,9 +37,10 @@ def document_chunks(document: Document, spans, tokens: TokenIndex) -> list[Chunk
 
 
 class _ChunkDocumentFn(beam.DoFn):
-    def __init__(self, model: SharedModel, config: ChunkerConfig):
+    def __init__(self, model: SharedModel, config: ChunkerConfig, batch_size: int):
         self._model_handle = model
         self._config = config
+        self._batch_size = batch_size
         self._documents = Metrics.counter('chunk', 'documents')
         self._chunks = Metrics.counter('chunk', 'chunks')
         self._msecs = Metrics.counter('chunk', 'msecs')
@@ -50,7 +52,14 @@ class _ChunkDocumentFn(beam.DoFn):
     def process(self, document: Document) -> Iterable[Chunk]:
         started = time.perf_counter()
         tokens = TokenIndex(token_offsets(self._model.tokenizer, document.text))
-        spans = chunk_spans(document.text, tokens, self._config)
+        if self._config.is_semantic:
+            # Same model instance as EmbedChunks (shared per process), not a copy.
+            spans = semantic_spans(
+                self._config.name, document.text, tokens, self._model,
+                self._config.chunk_size, self._batch_size,
+            )
+        else:
+            spans = chunk_spans(document.text, tokens, self._config)
         chunks = document_chunks(document, spans, tokens)
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._documents.inc()
@@ -59,12 +68,20 @@ class _ChunkDocumentFn(beam.DoFn):
 
 
 class ChunkDocuments(beam.PTransform):
-    """PCollection[Document] -> PCollection[Chunk] (no features yet)."""
+    """PCollection[Document] -> PCollection[Chunk] (no features yet).
 
-    def __init__(self, model: SharedModel, config: ChunkerConfig):
+    Semantic chunkers embed ~50-token pieces of each document with the shared
+    model; those piece vectors are used for the cut points only and dropped,
+    chunks are embedded afterwards on their final text by EmbedChunks.
+    """
+
+    def __init__(self, model: SharedModel, config: ChunkerConfig, batch_size: int = 64):
         super().__init__()
         self._model = model
         self._config = config
+        self._batch_size = batch_size
 
     def expand(self, documents):
-        return documents | 'Chunk' >> beam.ParDo(_ChunkDocumentFn(self._model, self._config))
+        return documents | 'Chunk' >> beam.ParDo(
+            _ChunkDocumentFn(self._model, self._config, self._batch_size)
+        )

@@ -23,6 +23,11 @@ DEFAULT_SEPARATORS: tuple[str | None, ...] = ('\n\n', '\n', SENTENCE_END, ' ', N
 
 FIXED = 'fixed'
 RECURSIVE = 'recursive'
+# Semantic chunkers live in semantic_chunking.py; their names are here so a
+# config can be validated without loading a model.
+CLUSTER_SEMANTIC = 'cluster_semantic'
+SEMANTIC_BREAKPOINT = 'semantic_breakpoint'
+SEMANTIC_CHUNKERS = (CLUSTER_SEMANTIC, SEMANTIC_BREAKPOINT)
 
 
 class TokenIndex:
@@ -186,9 +191,12 @@ class ChunkerConfig:
     """How documents are cut into chunks.
 
     Attributes:
-      name: `fixed` (token windows) or `recursive` (separator hierarchy).
-      chunk_size: Maximum tokens per chunk (default 400, as in the study).
-      chunk_overlap: Tokens shared with the previous chunk (default 0).
+      name: `fixed` (token windows), `recursive` (separator hierarchy),
+        `cluster_semantic` or `semantic_breakpoint` (see semantic_chunking.py).
+      chunk_size: Maximum tokens per chunk (default 400, as in the study); the
+        target average for `semantic_breakpoint`.
+      chunk_overlap: Tokens shared with the previous chunk (default 0); must be
+        0 for the semantic chunkers, whose chunks never overlap.
     """
 
     name: str = RECURSIVE
@@ -196,13 +204,21 @@ class ChunkerConfig:
     chunk_overlap: int = 0
 
     def __post_init__(self):
-        if self.name not in SPLITTERS:
-            raise ValueError(f'unknown chunker {self.name!r}; choose one of {sorted(SPLITTERS)}')
+        if self.name not in CHUNKERS:
+            raise ValueError(f'unknown chunker {self.name!r}; choose one of {list(CHUNKERS)}')
         _check_sizes(self.chunk_size, self.chunk_overlap)
+        if self.is_semantic and self.chunk_overlap:
+            raise ValueError(f'chunk_overlap must be 0 for the {self.name} chunker')
+
+    @property
+    def is_semantic(self) -> bool:
+        """Whether chunk boundaries come from embeddings (needs the model)."""
+        return self.name in SEMANTIC_CHUNKERS
 
 
 Splitter = Callable[[str, TokenIndex, int, int], list[Span]]
 SPLITTERS: dict[str, Splitter] = {FIXED: split_fixed, RECURSIVE: split_recursive}
+CHUNKERS = (FIXED, RECURSIVE) + SEMANTIC_CHUNKERS
 
 
 def chunk_spans(text: str, tokens: TokenIndex, config: ChunkerConfig) -> list[Span]:
