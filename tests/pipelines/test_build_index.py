@@ -36,7 +36,10 @@ def test_output_contract(built):
         assert c['content_hash'] == content_hash(c['text'])
         assert len(c['embedding']) == 384
     assert [(c['doc_id'], c['chunk_index']) for c in chunks] == sorted((c['doc_id'], c['chunk_index']) for c in chunks)
-    assert sum(c['doc_id'] == 'pasta.txt' for c in chunks) > 3
+    # The default cascade drops the repeated pasta paragraphs; kept + dropped is every chunk.
+    dropped = pq.read_table(out / 'dropped').to_pylist()
+    assert sum(c['doc_id'] == 'pasta.txt' for c in chunks + dropped) > 3
+    assert len(chunks) + len(dropped) == manifest['counts']['chunks_before_filters']
     assert json.loads(next(c['metadata'] for c in chunks if c['doc_id'] == 'j1')) == {'lang': 'en'}
 
     rejected = pq.read_table(out / 'rejected').to_pylist()
@@ -71,7 +74,7 @@ def test_same_input_gives_identical_bytes_across_runner_modes(built, tmp_path):
     build(root, second, '--chunk_overlap', '16',
           '--direct_running_mode=multi_processing', '--direct_num_workers=2')
     for part in ['chunks/part-00000-of-00001.parquet', 'index/index.faiss', 'index/ids.parquet',
-                 'rejected/part-00000-of-00001.parquet']:
+                 'rejected/part-00000-of-00001.parquet', 'dropped/part-00000-of-00001.parquet']:
         assert (first / part).read_bytes() == (second / part).read_bytes(), part
 
 
@@ -104,7 +107,9 @@ def test_refuses_to_replace_a_foreign_directory(corpus_dir, tmp_path):
 
 @pytest.mark.parametrize('flags,message', [
     (['--chunk_overlap', '64'], 'chunk_overlap'),
-    (['--filter', 'minhash'], 'unknown filter'),
+    (['--filter', 'bogus'], 'unknown filter'),
+    (['--filter', 'minhash@1.5'], 'minhash threshold'),
+    (['--intra_doc_min_salience', '2'], 'intra_doc_min_salience'),
     (['--embedding_model', '/no/such/model'], 'cannot load embedding model'),
 ])
 def test_bad_settings_fail_before_running(corpus_dir, tmp_path, flags, message):

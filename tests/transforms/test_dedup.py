@@ -1,0 +1,534 @@
+"""Filter decisions on small hand-made chunk sets with known answers."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from transforms.dedup import (
+    FilterSpec,
+    candidate_pairs_from_buckets,
+    connected_components,
+    default_n_topics,
+    drop_exact,
+    drop_minhash_groups,
+    drop_ner_exact,
+    drop_ner_half,
+    drop_random,
+    drop_similar,
+    intra_doc,
+    keep_order_key,
+    parse_filters,
+    random_unit,
+    salience,
+    similar_pairs,
+    topics,
+)
+from transforms.minhash import MinHashConfig, estimated_jaccard, lsh_bands, signatures
+from transforms.text import content_hash
+from transforms.types import Chunk, make_chunk_id
+
+PARAGRAPH = (
+    'The Tower Building of the Little Rock Arsenal, also known as the U.S. Arsenal '
+    'Building, is a building located in MacArthur Park in downtown Little Rock, '
+    'Arkansas. Built in 1840, it was part of Little Rock\'s first military installation. '
+    'Since its decommissioning, the surrounding area has been home to a park, and the '
+    'building itself now houses a museum of military history.'
+)
+TYPO = PARAGRAPH.replace('located', 'locatd')
+OTHER = (
+    'Valkyria Chronicles III is a tactical role-playing game developed by Sega and '
+    'Media.Vision for the PlayStation Portable. Released in January 2011 in Japan, it '
+    'is the third game in the Valkyria series and follows the Nameless, a penal unit.'
+)
+BOILERPLATE = 'Contact us at info@example.com for more information.'
+
+
+def unit(*values):
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def make(doc_id, index, text='', embedding=None, entities=None, topic=None, salience=None, minhash=None):
+    text = text or f'chunk {index} of {doc_id}'
+    return Chunk(
+        chunk_id=make_chunk_id(doc_id, index),
+        doc_id=doc_id,
+        chunk_index=index,
+        text=text,
+        char_start=0,
+        char_end=len(text),
+        n_tokens=len(text.split()),
+        content_hash=content_hash(text),
+        embedding=None if embedding is None else np.asarray(embedding, dtype=np.float32),
+        entities=entities,
+        topic=topic,
+        salience=salience,
+        minhash=minhash,
+    )
+
+
+def with_minhash(chunks, config=MinHashConfig()):
+    sigs = signatures([c.text for c in chunks], config)
+    return [dataclasses.replace(c, minhash=s) for c, s in zip(chunks, sigs)]
+
+
+def ids(chunks):
+    return [c.chunk_id for c in chunks]
+
+
+def decisions(dropped):
+    return {d.chunk.chunk_id: (d.reason, d.duplicate_of) for d in dropped}
+
+
+# --- parse_filters ---------------------------------------------------------------
+
+
+def test_parse_filters_with_defaults():
+    got = [tuple(f) for f in parse_filters('exact,minhash@0.7,similarity@0.8,random@0.4')]
+    assert got == [('exact', None), ('minhash', 0.7), ('similarity', 0.8), ('random', 0.4)]
+    got = [tuple(f) for f in parse_filters(' minhash , similarity_topics_ner , random , intra_doc , ner_half ')]
+    assert got == [
+        ('minhash', 0.8),
+        ('similarity_topics_ner', 0.8),
+        ('random', 0.5),
+        ('intra_doc', 0.9),
+        ('ner_half', None),
+    ]
+    assert [f.name for f in parse_filters('cascade')] == ['exact', 'minhash', 'intra_doc']
+    assert parse_filters('none') == []
+    name, threshold = FilterSpec('similarity_ner')
+    assert (name, threshold) == ('similarity_ner', 0.8)
+
+
+@pytest.mark.parametrize(
+    'spec',
+    ['', 'exact,,minhash', 'bogus', 'exact@0.5', 'ner_exact@0.5', 'minhash@x', 'minhash@1.5',
+     'similarity@0', 'random@-0.1', 'minhash@nan', 'cascade@0.5', 'exact,cascade'],
+)
+def test_parse_filters_rejects(spec):
+    with pytest.raises(ValueError):
+        parse_filters(spec)
+
+
+# --- keep rule -------------------------------------------------------------------
+
+
+def test_keep_order_key():
+    a = make('b', 3, salience=0.9)
+    b = make('a', 0, salience=None)
+    c = make('a', 1, salience=0.0)
+    d = make('a', 2, salience=0.9)
+    assert sorted([a, b, c, d], key=keep_order_key) == [d, a, b, c]
+
+
+def test_exact_keeps_by_the_keep_rule():
+    chunks = [
+        make('doc2', 0, BOILERPLATE),
+        make('doc1', 5, '  contact US at info@example.com   for more information.'),
+        make('doc3', 0, BOILERPLATE, salience=0.5),
+        make('doc1', 0, OTHER),
+    ]
+    kept, dropped = drop_exact(chunks)
+    assert ids(kept) == ['doc3#0', 'doc1#0']
+    assert decisions(dropped) == {'doc2#0': ('exact', 'doc3#0'), 'doc1#5': ('exact', 'doc3#0')}
+    kept, _ = drop_exact([c for c in chunks if c.salience is None])
+    assert ids(kept) == ['doc1#5', 'doc1#0']  # earliest (doc_id, chunk_index) among equals
+
+
+# --- exact and MinHash -----------------------------------------------------------
+
+
+def test_typo_copy_caught_by_minhash_not_exact():
+    chunks = with_minhash([make('a', 0, PARAGRAPH), make('b', 0, TYPO), make('c', 0, OTHER)])
+    kept, dropped = drop_exact(chunks)
+    assert len(kept) == 3 and not dropped
+    kept, dropped = drop_minhash_groups(chunks, 0.8)
+    assert ids(kept) == ['a#0', 'c#0']
+    (d,) = dropped
+    assert (d.reason, d.chunk.chunk_id, d.duplicate_of) == ('minhash', 'b#0', 'a#0')
+    assert 0.8 <= d.score < 1.0
+
+
+def test_boilerplate_across_documents():
+    texts = [PARAGRAPH + ' ' + BOILERPLATE, OTHER + ' ' + BOILERPLATE]
+    chunks = []
+    for doc, text in zip(['d1', 'd2'], texts):
+        chunks += [make(doc, 0, text), make(doc, 1, BOILERPLATE)]
+    chunks.append(make('d3', 0, BOILERPLATE))
+    chunks = with_minhash(chunks)
+    kept, dropped = drop_exact(chunks)
+    assert ids(kept) == ['d1#0', 'd1#1', 'd2#0']
+    assert decisions(dropped) == {'d2#1': ('exact', 'd1#1'), 'd3#0': ('exact', 'd1#1')}
+    kept, dropped = drop_minhash_groups(chunks, 0.8)
+    assert ids(kept) == ['d1#0', 'd1#1', 'd2#0']
+    assert all(d.score == 1.0 for d in dropped)
+
+
+def test_minhash_groups_are_transitive_and_use_the_keep_rule():
+    words = [f'w{i}' for i in range(100)]
+    base = ' '.join(words)
+    drift1 = ' '.join(words[:96] + ['x1', 'x2', 'x3', 'x4'])
+    drift2 = ' '.join(['y1', 'y2', 'y3', 'y4'] + words[4:96] + ['x1', 'x2', 'x3', 'x4'])
+    chunks = with_minhash(
+        [make('a', 0, base), make('b', 0, drift1), make('c', 0, drift2, salience=0.7), make('e', 0, '')]
+    )
+    sigs = [c.minhash for c in chunks]
+    # A chain: a~b and b~c reach 0.85, a~c does not.
+    assert estimated_jaccard(sigs[0], sigs[1]) >= 0.85 and estimated_jaccard(sigs[1], sigs[2]) >= 0.85
+    assert estimated_jaccard(sigs[0], sigs[2]) < 0.85
+    kept, dropped = drop_minhash_groups(chunks, 0.85)
+    # One component; the salient chunk keeps it; the empty chunk is never grouped.
+    assert ids(kept) == ['c#0', 'e#0']
+    assert decisions(dropped) == {'a#0': ('minhash', 'c#0'), 'b#0': ('minhash', 'c#0')}
+    assert dropped[0].score == estimated_jaccard(sigs[0], sigs[2])  # below the threshold
+    b, r = lsh_bands(0.85, 128)
+    assert drop_minhash_groups(chunks, 0.85, b, r) == (kept, dropped)
+    # Two empty chunks would estimate Jaccard 1.0; they are still not grouped.
+    empties = with_minhash([make('e', 0, ''), make('f', 0, '')])
+    assert len(drop_minhash_groups(empties, 0.8)[0]) == 2
+
+
+def test_minhash_requires_signatures_and_bands_together():
+    with pytest.raises(ValueError):
+        drop_minhash_groups([make('a', 0, PARAGRAPH)], 0.8)
+    chunks = with_minhash([make('a', 0, PARAGRAPH)])
+    with pytest.raises(ValueError):
+        drop_minhash_groups(chunks, 0.8, b=9)
+    assert drop_minhash_groups([], 0.8) == ([], [])
+
+
+def test_candidate_pairs_and_components():
+    buckets = [['c', 'a'], ['a', 'c', 'a'], ['d'], ['b', 'e', 'd']]
+    pairs = candidate_pairs_from_buckets(buckets)
+    assert pairs == [('a', 'c'), ('b', 'd'), ('b', 'e'), ('d', 'e')]
+    comps = connected_components(['f', 'a', 'b', 'c', 'd', 'e'], [('c', 'a'), ('e', 'b'), ('d', 'e')])
+    assert comps == [['a', 'c'], ['b', 'd', 'e'], ['f']]
+    assert connected_components([3, 2, 1], [(3, 1), (2, 1)]) == [[1, 2, 3]]
+    assert connected_components([], [(5, 4)]) == [[4, 5]]
+
+
+# --- random ----------------------------------------------------------------------
+
+
+def test_random_ratio_and_determinism():
+    chunks = [make(f'd{i // 10}', i % 10) for i in range(4000)]
+    kept, dropped = drop_random(chunks, 0.3, seed=1)
+    assert len(kept) + len(dropped) == len(chunks)
+    assert abs(len(dropped) / len(chunks) - 0.3) < 0.03
+    assert drop_random(chunks, 0.3, seed=1) == (kept, dropped)
+    assert ids(drop_random(chunks, 0.3, seed=2)[0]) != ids(kept)
+    # Per-chunk decisions: a subset of the corpus gets the same decisions.
+    sub_kept, _ = drop_random(chunks[:100], 0.3, seed=1)
+    assert ids(sub_kept) == [c for c in ids(kept) if c in set(ids(chunks[:100]))]
+    assert drop_random(chunks, 0.0)[1] == [] and drop_random(chunks, 1.0)[0] == []
+    assert all(d.reason == 'random' and d.duplicate_of is None for d in dropped)
+    assert 0.0 <= random_unit('x#0', 1) < 1.0 and random_unit('x#0', 1) != random_unit('x#0', 2)
+    with pytest.raises(ValueError):
+        drop_random(chunks, 1.5)
+
+
+# --- similarity ------------------------------------------------------------------
+
+
+def test_similarity_drops_paraphrase_against_kept_only():
+    a = make('d', 0, embedding=unit(1, 0, 0))
+    b = make('d', 1, embedding=unit(1, 0.9, 0))  # cos(a, b) ~ 0.74
+    c = make('d', 2, embedding=unit(0.2, 1, 0))  # cos(b, c) ~ 0.81, cos(a, c) ~ 0.2
+    p = make('e', 0, embedding=unit(1, 0.3, 0))  # cos(a, p) ~ 0.96
+    chunks = [a, b, c, p]
+    kept, dropped = drop_similar(chunks, 0.9)
+    assert ids(kept) == ['d#0', 'd#1', 'd#2']
+    assert decisions(dropped) == {'e#0': ('similarity', 'd#0')}
+    assert dropped[0].score == pytest.approx(float(unit(1, 0, 0) @ unit(1, 0.3, 0)), abs=1e-6)
+    # Greedy: d#1 is dropped for d#0, so d#2 (close only to d#1) stays.
+    kept, dropped = drop_similar(chunks, 0.7)
+    assert ids(kept) == ['d#0', 'd#2']
+    assert decisions(dropped) == {'d#1': ('similarity', 'd#0'), 'e#0': ('similarity', 'd#0')}
+
+
+def test_similarity_keep_rule_prefers_salient_and_most_similar():
+    chunks = [
+        make('a', 0, embedding=unit(1, 0, 0)),
+        make('b', 0, embedding=unit(1, 0.05, 0), salience=0.5),
+        make('c', 0, embedding=unit(1, 0.1, 0)),
+    ]
+    kept, dropped = drop_similar(chunks, 0.95)
+    assert ids(kept) == ['b#0']
+    assert decisions(dropped) == {'a#0': ('similarity', 'b#0'), 'c#0': ('similarity', 'b#0')}
+
+
+def test_identical_vectors_reach_threshold_one():
+    v = unit(0.3, 0.5, 0.7, 0.11)
+    kept, dropped = drop_similar([make('a', 0, embedding=v), make('b', 0, embedding=v)], 1.0)
+    assert ids(kept) == ['a#0'] and len(dropped) == 1
+
+
+def test_similarity_topics_and_ner_conditions():
+    ents = ('ORG:sega', 'GPE:japan')
+    a = make('d', 0, embedding=unit(1, 0, 0), topic=0, entities=ents)
+    b = make('d', 1, embedding=unit(1, 0.1, 0), topic=1, entities=('ORG:sega',))
+    c = make('d', 2, embedding=unit(1, 0.1, 0.05), topic=0, entities=('PERSON:kurt',))
+    n = make('d', 3, embedding=unit(1, 0.05, 0.1), topic=0, entities=())
+    chunks = [a, b, c, n]
+    assert ids(drop_similar(chunks, 0.9)[0]) == ['d#0']
+    kept, dropped = drop_similar(chunks, 0.9, require_same_topic=True)
+    assert ids(kept) == ['d#0', 'd#1']
+    assert {d.reason for d in dropped} == {'similarity_topics'}
+    kept, dropped = drop_similar(chunks, 0.9, require_shared_entity=True)
+    assert ids(kept) == ['d#0', 'd#2', 'd#3']  # no shared entity, or none at all
+    assert decisions(dropped) == {'d#1': ('similarity_ner', 'd#0')}
+    kept, dropped = drop_similar(chunks, 0.9, require_same_topic=True, require_shared_entity=True)
+    assert ids(kept) == ids(chunks)
+    with pytest.raises(ValueError):
+        drop_similar([make('d', 0, embedding=unit(1, 0))], 0.9, require_same_topic=True)
+    with pytest.raises(ValueError):
+        drop_similar([make('d', 0)], 0.9)
+
+
+def test_similar_pairs_match_brute_force():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    x[100:110] = x[0] + rng.normal(scale=0.05, size=(10, 16))
+    unit_x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    sims = unit_x.astype(np.float64) @ unit_x.astype(np.float64).T
+    found = similar_pairs(x, 0.5)
+    for i in range(len(x)):
+        expected = [j for j in range(len(x)) if j != i and sims[i, j] >= 0.5]
+        assert [j for j, _ in found[i]] == expected
+
+
+def test_same_entities_different_facts(embedding_model):
+    from transforms.embedding import embed_texts
+
+    texts = [
+        'Apple reported revenue of 90 billion dollars in the first quarter, according to Tim Cook.',
+        'Tim Cook announced that Apple will open a new campus next year.',
+        'The Eiffel Tower in Paris was completed in 1889 for the World Fair.',
+        'Completed in 1889 for the World Fair, the Eiffel Tower stands in Paris.',
+    ]
+    ents = [
+        ('ORG:apple', 'PERSON:tim cook'),
+        ('ORG:apple', 'PERSON:tim cook'),
+        ('FAC:the eiffel tower', 'GPE:paris', 'EVENT:the world fair'),
+        ('FAC:the eiffel tower', 'GPE:paris', 'EVENT:the world fair'),
+    ]
+    vectors = embed_texts(embedding_model, texts)
+    chunks = [make('d', i, t, embedding=v, entities=e) for i, (t, v, e) in enumerate(zip(texts, vectors, ents))]
+    kept, dropped = drop_similar(chunks, 0.9)
+    assert decisions(dropped) == {'d#3': ('similarity', 'd#2')}  # the paraphrase only
+    kept, dropped = drop_ner_exact(chunks)
+    assert decisions(dropped) == {'d#1': ('ner_exact', 'd#0'), 'd#3': ('ner_exact', 'd#2')}
+
+
+# --- NER -------------------------------------------------------------------------
+
+
+def test_ner_exact_greedy_and_entity_free_chunks_kept():
+    chunks = [
+        make('a', 0, entities=('ORG:sega', 'GPE:japan')),
+        make('a', 1, entities=()),
+        make('b', 0, entities=('GPE:japan', 'PRODUCT:sega')),  # same names, other labels
+        make('b', 1, entities=()),
+        make('c', 0, entities=('ORG:sega',), salience=0.3),
+    ]
+    kept, dropped = drop_ner_exact(chunks)
+    assert ids(kept) == ['a#0', 'a#1', 'b#1', 'c#0']
+    assert decisions(dropped) == {'b#0': ('ner_exact', 'a#0')}
+    with pytest.raises(ValueError):
+        drop_ner_exact([make('a', 0)])
+
+
+def test_ner_half_counts_only_kept_chunks():
+    chunks = [
+        make('d', 0, entities=('X:a', 'X:b', 'X:c', 'X:d')),
+        make('d', 1, entities=('X:a', 'X:b', 'X:x', 'X:y')),  # 2/4 with d#0: dropped
+        make('d', 2, entities=('X:a', 'X:x', 'X:y')),  # 1/3 with d#0; d#1 is not kept
+        make('d', 3, entities=('X:x', 'X:y')),  # 2/2 with d#2
+        make('d', 4, entities=('X:e', 'X:f', 'X:a')),  # 1/3 with d#0 and d#2
+        make('d', 5, entities=()),
+    ]
+    kept, dropped = drop_ner_half(chunks)
+    assert ids(kept) == ['d#0', 'd#2', 'd#4', 'd#5']
+    assert decisions(dropped) == {'d#1': ('ner_half', 'd#0'), 'd#3': ('ner_half', 'd#2')}
+    assert [d.score for d in dropped] == [0.5, 1.0]
+
+
+# --- intra_doc -------------------------------------------------------------------
+
+
+def test_salience_definition():
+    # Cosine to the document's mean embedding, clipped to [0, 1]; not rescaled.
+    assert salience(np.array([[0.0, 1.0]])).tolist() == [1.0]
+    np.testing.assert_allclose(salience(np.array([[1.0, 0.0], [0.0, 1.0]])), [0.5**0.5] * 2)
+    assert salience(np.array([[1.0, 0.0], [-1.0, 0.0]])).tolist() == [1.0, 1.0]  # zero mean
+    x = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]])
+    s = salience(x)
+    unit_x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    mean = unit_x.mean(axis=0)
+    np.testing.assert_allclose(s, unit_x @ mean / np.linalg.norm(mean))
+    assert 0.0 < s.min() < s.max() < 1.0  # the least central chunk is not forced to 0
+    away = salience(np.array([[1.0, 0.0], [1.0, 0.1], [-1.0, 0.05]]))
+    assert away[2] == 0.0 and away[0] > 0.5  # pointing away from the mean: clipped
+    assert salience(np.zeros((0, 3))).shape == (0,)
+
+
+def doc_with_groups():
+    """A central group of three plus an exact copy, a side group of three, an outlier.
+
+    Paraphrases lean symmetrically off their group's direction, so the
+    unperturbed chunk of each group is its most central (its keeper).
+    """
+    a = unit(1, 0, 0, 0)
+    return [
+        make('doc', 0, 'side keeper', embedding=unit(0, 1, 0, 0)),
+        make('doc', 1, 'main keeper', embedding=a),
+        make('doc', 2, 'main paraphrase one', embedding=unit(1, 0, 0.1, 0)),
+        make('doc', 3, 'MAIN  keeper', embedding=a),  # same content_hash as doc#1
+        make('doc', 4, 'side paraphrase one', embedding=unit(0, 1, 0.15, 0)),
+        make('doc', 5, 'outlier', embedding=unit(0, 0, 0, 1)),
+        make('doc', 6, 'main paraphrase two', embedding=unit(1, 0, -0.1, 0)),
+        make('doc', 7, 'side paraphrase two', embedding=unit(0, 1, -0.15, 0)),
+    ]
+
+
+@pytest.mark.parametrize('mode,raised', [('linear', 0.30), ('log', 0.15 * math.log2(3))])
+def test_intra_doc_boosts_near_duplicates(mode, raised):
+    chunks = doc_with_groups()
+    base = salience(np.stack([c.embedding for c in chunks]))
+    assert base[5] < 0.25 and base[1] == base[3] == base.max() and 0.25 < base[0] < 0.7
+    kept, dropped = intra_doc(chunks, min_salience=0.25, mode=mode)
+    assert ids(kept) == ['doc#0', 'doc#1']  # chunk order
+    assert decisions(dropped) == {
+        'doc#2': ('intra_doc_near', 'doc#1'),
+        'doc#3': ('intra_doc_exact', 'doc#1'),
+        'doc#4': ('intra_doc_near', 'doc#0'),
+        'doc#5': ('intra_doc_low_salience', None),
+        'doc#6': ('intra_doc_near', 'doc#1'),
+        'doc#7': ('intra_doc_near', 'doc#0'),
+    }
+    assert kept[0].salience == pytest.approx(base[0] + raised)
+    assert kept[1].salience == 1.0  # 1.0 + boost, capped
+    low = next(d for d in dropped if d.reason == 'intra_doc_low_salience')
+    assert low.chunk.salience == low.score == pytest.approx(base[5])
+
+
+def test_intra_doc_exact_duplicates_do_not_boost():
+    a = unit(1, 0, 0)
+    chunks = [
+        make('doc', 0, 'Contact us at info@example.com', embedding=a),
+        make('doc', 1, 'Contact us at info@example.com', embedding=a),
+        make('doc', 2, 'Something else entirely', embedding=unit(0, 1, 0)),
+        make('doc', 3, 'And a third topic', embedding=unit(0, 0, 1)),
+    ]
+    kept, dropped = intra_doc(chunks, min_salience=0.0)
+    base = salience(np.stack([c.embedding for c in chunks]))
+    assert [c.salience for c in kept] == pytest.approx([base[0], base[2], base[3]])
+    assert decisions(dropped) == {'doc#1': ('intra_doc_exact', 'doc#0')}
+
+
+@pytest.mark.parametrize('mode,raised', [('linear', 0.05 * 4), ('log', 0.05 * math.log2(5))])
+def test_intra_doc_boost_by_number_merged(mode, raised):
+    main = [unit(1, 0, 0, 0, 0)] + [unit(1, 0, 0, d, 0) for d in (0.05, -0.05, 0.1, -0.1, 0.15, -0.15)]
+    side = [unit(0, 1, 0, 0, 0)] + [unit(0, 1, 0, 0, e) for e in (0.05, -0.05, 0.1, -0.1)]
+    vectors = main + side + [unit(0, 0, 1, 0, 0)]
+    chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(vectors)]
+    base = salience(np.stack(vectors))
+    kept, dropped = intra_doc(chunks, boost=0.05, mode=mode)
+    assert ids(kept) == ['doc#0', 'doc#7', 'doc#12']  # the outlier is off-centre, not off-topic
+    assert kept[1].salience == pytest.approx(base[7] + raised) and kept[1].salience < 1.0
+    assert sum(d.duplicate_of == 'doc#7' for d in dropped) == 4
+
+
+def test_intra_doc_keeps_the_least_central_chunk_unless_off_topic():
+    # Salience is not min-max scaled: distinct chunks all keep their place ...
+    chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(np.eye(3) + 0.1 * np.arange(3))]
+    kept, dropped = intra_doc(chunks)
+    assert len(kept) == 3 and not dropped
+    # ... and only a chunk pointing away from the document (salience ~0) is dropped.
+    away = chunks + [make('doc', 3, 'away', embedding=unit(-1, -1, -1))]
+    kept, dropped = intra_doc(away)
+    assert len(kept) == 3 and decisions(dropped) == {'doc#3': ('intra_doc_low_salience', None)}
+
+
+def test_intra_doc_edge_cases():
+    only = make('doc', 0, embedding=unit(1, 0))
+    kept, dropped = intra_doc([only])
+    assert kept[0].salience == 1.0 and not dropped
+    no_vec = make('doc', 1)
+    kept, dropped = intra_doc([only, no_vec])
+    assert kept[1] == no_vec and not dropped
+    assert intra_doc([]) == ([], [])
+    with pytest.raises(ValueError):
+        intra_doc([only, make('other', 0, embedding=unit(1, 0))])
+    with pytest.raises(ValueError):
+        intra_doc([only], mode='exp')
+
+
+# --- topics ----------------------------------------------------------------------
+
+
+def test_topics_separate_clusters_deterministically():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        unit(1, 0, 0) + rng.normal(scale=0.05, size=(20, 3)),
+        unit(0, 1, 0) + rng.normal(scale=0.05, size=(20, 3)),
+    ])
+    t = topics(x, 2, seed=0)
+    assert t.dtype == np.int64 and len(set(t[:20])) == 1 and len(set(t[20:])) == 1 and t[0] != t[20]
+    assert topics(x, 2, seed=0).tolist() == t.tolist()
+    assert topics(x[:1]).tolist() == [0]
+    assert topics(np.zeros((0, 3))).shape == (0,)
+    assert [default_n_topics(n) for n in (1, 8, 800, 10**6)] == [1, 2, 20, 64]
+    assert len(topics(x)) == 40
+    with pytest.raises(ValueError):
+        topics(x, 0)
+
+
+# --- accounting ------------------------------------------------------------------
+
+
+def mixed_corpus():
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(6, 8))
+    texts = [PARAGRAPH, TYPO, OTHER, BOILERPLATE, BOILERPLATE, 'short one', '']
+    chunks = []
+    for i in range(40):
+        doc = f'doc{i % 4}'
+        vector = base[i % 6] + rng.normal(scale=0.2, size=8)
+        ents = [(), ('ORG:sega',), ('ORG:sega', 'GPE:japan'), ('PERSON:kurt', 'GPE:japan')][i % 4]
+        chunks.append(
+            make(doc, i // 4, texts[i % 7] or f'text {i}', embedding=vector, entities=ents, topic=i % 3)
+        )
+    return with_minhash(chunks)
+
+
+@pytest.mark.parametrize(
+    'apply',
+    [
+        drop_exact,
+        lambda cs: drop_minhash_groups(cs, 0.7),
+        lambda cs: drop_random(cs, 0.4, 5),
+        lambda cs: drop_similar(cs, 0.8),
+        lambda cs: drop_similar(cs, 0.8, True, True),
+        drop_ner_exact,
+        drop_ner_half,
+    ],
+)
+def test_every_filter_accounts_for_every_chunk(apply):
+    chunks = mixed_corpus()
+    kept, dropped = apply(chunks)
+    assert len(kept) + len(dropped) == len(chunks)
+    assert sorted(ids(kept) + [d.chunk.chunk_id for d in dropped]) == sorted(ids(chunks))
+    kept_ids = set(ids(kept))
+    assert all(d.duplicate_of is None or d.duplicate_of in kept_ids for d in dropped)
+
+
+def test_intra_doc_accounts_per_document():
+    chunks = mixed_corpus()
+    for doc in sorted({c.doc_id for c in chunks}):
+        own = [c for c in chunks if c.doc_id == doc]
+        kept, dropped = intra_doc(own)
+        assert len(kept) + len(dropped) == len(own)
+        assert all(0.0 <= c.salience <= 1.0 for c in kept)
