@@ -22,7 +22,7 @@ from transforms.embedding import EmbedChunks, EmbeddingConfig
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, load_embedding_model
+from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -195,14 +195,24 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     return PipelineOptions(argv)
 
 
-def build_pipeline(p: beam.Pipeline, config: BuildConfig, output: str, dim: int) -> dict:
+def build_pipeline(
+    p: beam.Pipeline, config: BuildConfig, output: str, dim: int, model: Optional[SharedModel] = None
+) -> dict:
     """Adds the build stages to `p`, writing under `output`.
+
+    Args:
+      p: The pipeline.
+      config: The validated build settings.
+      output: Directory the outputs are written to.
+      dim: Embedding dimension (for an empty index).
+      model: Handle of the embedding model; a new one by default. Passing the
+        handle the launcher already loaded lets an in-process runner reuse it.
 
     Returns:
       The PCollections 'documents', 'rejected', 'chunks' (embedded, with
       features, before filtering), 'kept' (Chunk) and 'dropped' (Dropped).
     """
-    model = SharedModel(config.embedding.model, config.embedding.device)
+    model = model or SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars)
     chunks = (
         inputs['documents']
@@ -220,13 +230,12 @@ def build_pipeline(p: beam.Pipeline, config: BuildConfig, output: str, dim: int)
     }
 
 
-def check_model(config: BuildConfig) -> tuple[int, int]:
-    """Loads the model once on the launcher, so a bad name fails before any worker starts.
+def check_model(config: BuildConfig, model) -> tuple[int, int]:
+    """Checks the model loaded on the launcher, before any worker starts.
 
     Returns:
       `(dim, max_seq_length)` of the model.
     """
-    model = load_embedding_model(config.embedding.model, config.embedding.device)
     if config.chunker.chunk_size > model.max_seq_length:
         LOG.warning(
             'chunk_size %d exceeds the model max_seq_length %d: longer chunks are truncated '
@@ -260,12 +269,15 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     options = parse_args(argv)
     config = BuildConfig.from_options(options.view_as(BuildIndexOptions))
     write.check_replaceable(config.output)
-    dim, max_seq_length = check_model(config)
+    handle = SharedModel(config.embedding.model, config.embedding.device)
+    # Held until the run ends: the DirectRunner's in-process workers then share it.
+    model = handle.acquire()
+    dim, max_seq_length = check_model(config, model)
     check_ner(config.filters)
     staging = write.staging_path(config.output)
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, staging, dim)
+    build_pipeline(pipeline, config, staging, dim, handle)
     result = pipeline.run()
     result.wait_until_finish()
     manifest = make_manifest(config, result, staging, dim, max_seq_length, time.perf_counter() - started)

@@ -2,7 +2,7 @@
 
 import sys
 
-USAGE = 'usage: ragsieve {build} [flags...]   (ragsieve build --help for the flags)'
+USAGE = 'usage: ragsieve {build,evaluate} [flags...]   (ragsieve COMMAND --help for the flags)'
 
 
 def main(argv=None) -> int:
@@ -18,6 +18,15 @@ def main(argv=None) -> int:
             build_index.run(rest)
         except ValueError as e:
             print(f'ragsieve build: error: {e}', file=sys.stderr)
+            return 2
+        return 0
+    if command == 'evaluate':
+        from pipelines import evaluate
+
+        try:
+            evaluate.run(rest)
+        except ValueError as e:
+            print(f'ragsieve evaluate: error: {e}', file=sys.stderr)
             return 2
         return 0
     print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
