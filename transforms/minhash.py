@@ -122,19 +122,30 @@ def signatures(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) ->
     return out
 
 
-def lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+# Every candidate pair is verified by estimated Jaccard, so a false positive
+# only costs one comparison while a false negative silently keeps a duplicate:
+# the band search weighs misses 9:1. On the Chroma corpora (recursive 400/200)
+# recall of the pairs over the threshold, against all pairs, rose from
+# 0.91-0.95 with datasketch's default 0.5/0.5 to 0.997-1.0.
+FALSE_NEGATIVE_WEIGHT = 0.9
+
+
+def lsh_bands(
+    threshold: float, num_perm: int, false_negative_weight: float = FALSE_NEGATIVE_WEIGHT
+) -> tuple[int, int]:
     """Chooses LSH bands `b` and rows per band `r` for a Jaccard threshold.
 
     Uses datasketch's `MinHashLSH` parameter search (`datasketch.lsh._optimal_param`,
-    a private helper, with its default equal weights 0.5/0.5), which minimizes
-    the sum of the false-positive and false-negative probability areas of the
-    S-curve `1 - (1 - s**r)**b` around `threshold`, subject to `b * r <= num_perm`.
-    Results equal what `MinHashLSH(threshold, num_perm)` would use, e.g.
-    `(9, 13)` for 0.8 and 128.
+    a private helper), which minimizes the weighted false-positive and
+    false-negative probability areas of the S-curve `1 - (1 - s**r)**b` around
+    `threshold`, subject to `b * r <= num_perm`. Results equal what
+    `MinHashLSH(threshold, num_perm, weights=(1 - w, w))` would use, e.g.
+    `(14, 9)` for 0.8 and 128 with the default weight.
 
     Args:
       threshold: Jaccard threshold in (0, 1].
       num_perm: Signature length.
+      false_negative_weight: Weight of missed pairs, in (0, 1).
 
     Returns:
       `(b, r)` with `b * r <= num_perm`.
@@ -146,7 +157,9 @@ def lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
         raise ValueError(f'LSH threshold must be in (0, 1], got {threshold}')
     if num_perm <= 0:
         raise ValueError(f'num_perm must be > 0, got {num_perm}')
-    b, r = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    if not 0.0 < false_negative_weight < 1.0:
+        raise ValueError(f'false_negative_weight must be in (0, 1), got {false_negative_weight}')
+    b, r = _optimal_param(threshold, num_perm, 1.0 - false_negative_weight, false_negative_weight)
     return int(b), int(r)
 
 

@@ -31,7 +31,7 @@ def test_shingles_are_word_ngrams_of_normalized_text():
 
 
 def test_config_validation():
-    assert MinHashConfig().bands() == (9, 13)
+    assert MinHashConfig().bands() == (14, 9)
     bad_configs = [{'num_perm': 0}, {'shingle_size': 0}, {'threshold': 0.0}, {'threshold': 1.5}, {'seed': -1}]
     for bad in bad_configs:
         with pytest.raises(ValueError):
@@ -82,7 +82,7 @@ def test_lsh_bands_match_datasketch_lsh():
     for threshold in (0.5, 0.7, 0.8, 0.9):
         b, r = lsh_bands(threshold, 128)
         assert b * r <= 128
-        lsh = MinHashLSH(threshold=threshold, num_perm=128)
+        lsh = MinHashLSH(threshold=threshold, num_perm=128, weights=(0.1, 0.9))
         assert (b, r) == (lsh.b, lsh.r)
     with pytest.raises(ValueError):
         lsh_bands(0.0, 128)
