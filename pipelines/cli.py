@@ -1,36 +1,30 @@
 """The `ragsieve` command: one sub-command per pipeline module."""
 
+import importlib
 import sys
 
-USAGE = 'usage: ragsieve {build,evaluate} [flags...]   (ragsieve COMMAND --help for the flags)'
+# Sub-command -> module with `run(argv)`; imported only when chosen, so
+# `ragsieve query` does not pay for Beam's import.
+COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query'}
+USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
 
 
 def main(argv=None) -> int:
+    """Runs a sub-command; invalid settings exit with 2 and one clear line on stderr."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == 'build':
-        from pipelines import build_index
-
-        try:
-            build_index.run(rest)
-        except ValueError as e:
-            print(f'ragsieve build: error: {e}', file=sys.stderr)
-            return 2
-        return 0
-    if command == 'evaluate':
-        from pipelines import evaluate
-
-        try:
-            evaluate.run(rest)
-        except ValueError as e:
-            print(f'ragsieve evaluate: error: {e}', file=sys.stderr)
-            return 2
-        return 0
-    print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
-    return 2
+    if command not in COMMANDS:
+        print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
+        return 2
+    try:
+        importlib.import_module(COMMANDS[command]).run(rest)
+    except ValueError as e:
+        print(f'ragsieve {command}: error: {e}', file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == '__main__':

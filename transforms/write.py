@@ -21,6 +21,8 @@ DROPPED_DIR = 'dropped'
 INDEX_DIR = 'index'
 INDEX_FILE = 'index.faiss'
 IDS_FILE = 'ids.parquet'
+# BM25 over the kept chunk texts (bm25s files), row i = chunks row i; absent when no chunk is kept.
+BM25_DIR = 'bm25'
 MANIFEST_FILE = 'manifest.json'
 # One part per table for now: the FAISS index needs every vector in one place anyway.
 PART_NAME = 'part-00000-of-00001.parquet'
@@ -132,10 +134,11 @@ def build_faiss_index(embeddings: np.ndarray, dim: Optional[int] = None):
 
 
 def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
-    """Writes chunks/, index/index.faiss and index/ids.parquet, all in one order.
+    """Writes chunks/, index/index.faiss, index/ids.parquet and bm25/, all in one order.
 
-    Row i of the chunks table, position i of the FAISS index and row i of
-    ids.parquet are the same chunk.
+    Row i of the chunks table, position i of the FAISS index, row i of
+    ids.parquet and document i of the BM25 index are the same chunk. BM25 is
+    built here, once, so that queries never rebuild it.
     """
     import faiss
 
@@ -146,6 +149,11 @@ def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
     write_bytes(posixpath.join(output, INDEX_DIR, INDEX_FILE), faiss.serialize_index(index).tobytes())
     ids = pa.table({'chunk_id': [c.chunk_id for c in chunks]}, schema=IDS_SCHEMA)
     write_table(ids, posixpath.join(output, INDEX_DIR, IDS_FILE))
+    if chunks:
+        from transforms.retrieval import bm25_files
+
+        for name, data in bm25_files([c.text for c in chunks]).items():
+            write_bytes(posixpath.join(output, BM25_DIR, name), data)
 
 
 def write_json(path: str, value) -> None:

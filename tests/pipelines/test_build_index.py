@@ -76,6 +76,10 @@ def test_same_input_gives_identical_bytes_across_runner_modes(built, tmp_path):
     for part in ['chunks/part-00000-of-00001.parquet', 'index/index.faiss', 'index/ids.parquet',
                  'rejected/part-00000-of-00001.parquet', 'dropped/part-00000-of-00001.parquet']:
         assert (first / part).read_bytes() == (second / part).read_bytes(), part
+    bm25 = sorted(p.name for p in (first / 'bm25').iterdir())
+    assert bm25 == sorted(p.name for p in (second / 'bm25').iterdir()) and 'vocab.index.json' in bm25
+    for name in bm25:
+        assert (first / 'bm25' / name).read_bytes() == (second / 'bm25' / name).read_bytes(), name
 
 
 def test_config_file_with_flag_override(corpus_dir, tmp_path):

@@ -1,0 +1,378 @@
+"""Query job: hybrid retrieval over a built index (RRF fusion, then cross-document dedup).
+
+    python -m pipelines.query --index OUT [--k 5] [--json] [--verbose] "question"
+    ragsieve query --index OUT "question"
+
+or from Python, loading the index, the BM25 index and the model once:
+
+    retriever = Retriever('OUT')
+    result = retriever.search('question', k=5)
+
+Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
+top-N; those with a dense cosine below `min_relevance` are dropped. Each
+signal (dense cosine, BM25 score, salience, recency) ranks the candidates
+(1 = best, ties by chunk_id); reciprocal rank fusion sums
+`weight / (60 + rank)` over the signals where the chunk has a value (see
+transforms/retrieval.py for what counts as neutral). The fused list is walked
+in order (score descending, then chunk_id); a chunk whose cosine to an already
+selected chunk is >= `dedup_threshold` is skipped, until k are selected.
+
+Output: `--json` prints one JSON list on stdout, one object per result, best
+first: chunk_id, doc_id, char_start, char_end, text, score (fused), cosine
+(dense, to the query), ranks ({dense, bm25, salience, recency}, null where
+the chunk got no contribution from that signal) and duplicates: the chunks
+skipped as duplicates of this one ({chunk_id, doc_id, cosine, score, ranks}).
+Without `--json` the results are printed as text, and `--verbose` adds the
+skipped duplicates. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from transforms import retrieval, write
+from transforms.embedding import embed_texts
+from transforms.models import load_embedding_model, resolve_model_path
+
+LOG = logging.getLogger('ragsieve.query')
+
+# Everything a query needs; all written by the build (bm25/ only when chunks were kept).
+REQUIRED_FILES = (
+    write.MANIFEST_FILE,
+    f'{write.CHUNKS_DIR}/{write.PART_NAME}',
+    f'{write.INDEX_DIR}/{write.INDEX_FILE}',
+    f'{write.INDEX_DIR}/{write.IDS_FILE}',
+)
+CHUNK_COLUMNS = ['chunk_id', 'doc_id', 'char_start', 'char_end', 'text', 'embedding', 'metadata', 'salience']
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """One chunk of a ranking.
+
+    Attributes:
+      chunk_id, doc_id, char_start, char_end, text: The chunk, as in chunks/.
+      score: Its fused RRF score.
+      cosine: Dense cosine similarity to the query.
+      ranks: Rank per signal among the candidates; None where the signal
+        gave it nothing (see transforms/retrieval.py).
+    """
+
+    chunk_id: str
+    doc_id: str
+    char_start: int
+    char_end: int
+    text: str
+    score: float
+    cosine: float
+    ranks: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedHit:
+    """A chunk skipped by post-ranking dedup, and the selected chunk it duplicates."""
+
+    hit: Hit
+    duplicate_of: str
+    cosine: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    """What `Retriever.search` returns.
+
+    Attributes:
+      hits: At most k chunks, best first.
+      skipped: Chunks skipped as duplicates before the k-th hit, in fused order.
+      seconds: Wall time of 'embed', 'search' (dense + BM25), 'fusion' and 'dedup'.
+    """
+
+    hits: list
+    skipped: list
+    seconds: dict
+
+    def to_json(self) -> list[dict]:
+        """The JSON output: one object per hit, with the duplicates skipped for it."""
+        out = []
+        for h in self.hits:
+            item = dataclasses.asdict(h)
+            item['duplicates'] = [
+                {'chunk_id': s.hit.chunk_id, 'doc_id': s.hit.doc_id, 'cosine': s.cosine,
+                 'score': s.hit.score, 'ranks': s.hit.ranks}
+                for s in self.skipped if s.duplicate_of == h.chunk_id
+            ]
+            out.append(item)
+        return out
+
+
+def check_index_dir(index: str) -> dict:
+    """Checks that `index` holds a complete local ragsieve index; returns its manifest.
+
+    Raises:
+      ValueError: if the directory or one of its files is missing.
+    """
+    if not os.path.isdir(index):
+        raise ValueError(f'--index {index!r} is not a directory')
+    missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(index, f))]
+    if write.MANIFEST_FILE in missing:
+        raise ValueError(f'--index {index!r} is not a ragsieve index: no {write.MANIFEST_FILE}')
+    if missing:
+        raise ValueError(f'--index {index!r} is incomplete: missing {", ".join(missing)}')
+    with open(os.path.join(index, write.MANIFEST_FILE)) as f:
+        manifest = json.load(f)
+    if manifest.get('counts', {}).get('chunks', 0) and not os.path.isdir(os.path.join(index, write.BM25_DIR)):
+        raise ValueError(
+            f'--index {index!r} is incomplete: missing {write.BM25_DIR}/ (built before BM25 was '
+            'part of the index? rebuild it)')
+    return manifest
+
+
+def index_model(manifest: dict) -> tuple[str, int]:
+    """The embedding model name and dimension an index was built with."""
+    try:
+        return manifest['config']['embedding']['model'], int(manifest['model']['dim'])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f'{write.MANIFEST_FILE} has no embedding model and dim ({e!r})') from e
+
+
+class Retriever:
+    """Answers many queries over one index; loads everything once.
+
+    Args:
+      index: Directory of a built index (local).
+      config: Ranking settings.
+      model: An already loaded sentence-transformers model; by default the
+        index's own model is loaded.
+      model_name: Name or path of the model to query with (of `model` when
+        given); must be the one the index was built with.
+      device: Torch device when the model is loaded here.
+
+    Raises:
+      ValueError: for a missing or incomplete index, or a model other than
+        the index's (name or dimension).
+    """
+
+    def __init__(
+        self,
+        index: str,
+        config: retrieval.RetrievalConfig = retrieval.RetrievalConfig(),
+        model=None,
+        model_name: Optional[str] = None,
+        device: str = 'cpu',
+    ):
+        import faiss
+        import pyarrow.parquet as pq
+
+        self.config = config
+        manifest = check_index_dir(index)
+        built_name, built_dim = index_model(manifest)
+        if model_name is not None and resolve_model_path(model_name) != resolve_model_path(built_name):
+            raise ValueError(
+                f'the index was built with embedding model {built_name!r}, not {model_name!r}: '
+                'query it with the same model')
+        if model is None:
+            model = load_embedding_model(built_name, device)
+        dim = model.get_embedding_dimension()
+        if dim != built_dim:
+            raise ValueError(
+                f'the index was built with {built_dim}-dimensional embeddings ({built_name!r}) '
+                f'but the query model gives {dim}: query it with the same model')
+        self.model = model
+        self.dim = built_dim
+
+        table = pq.read_table(os.path.join(index, write.CHUNKS_DIR, write.PART_NAME), columns=CHUNK_COLUMNS)
+        ids = pq.read_table(os.path.join(index, write.INDEX_DIR, write.IDS_FILE)).column('chunk_id').to_pylist()
+        self.faiss = faiss.read_index(os.path.join(index, write.INDEX_DIR, write.INDEX_FILE))
+        self.chunk_ids = table.column('chunk_id').to_pylist()
+        if ids != self.chunk_ids or self.faiss.ntotal != len(ids):
+            raise ValueError(
+                f'--index {index!r} is inconsistent: chunks ({len(self.chunk_ids)}), ids.parquet '
+                f'({len(ids)}) and index.faiss ({self.faiss.ntotal}) do not list the same chunks')
+        self.doc_ids = table.column('doc_id').to_pylist()
+        self.char_starts = table.column('char_start').to_pylist()
+        self.char_ends = table.column('char_end').to_pylist()
+        self.texts = table.column('text').to_pylist()
+        n = len(ids)
+        self.embeddings = (
+            np.stack([np.asarray(v, np.float32) for v in table.column('embedding').to_pylist()])
+            if n else np.zeros((0, built_dim), np.float32))
+        self.salience = table.column('salience').to_pylist()
+        self.timestamps = [retrieval.document_timestamp(m) for m in table.column('metadata').to_pylist()]
+        self.bm25 = None
+        self.bm25_tokenizer = retrieval.BM25_TOKENIZER
+        if n:
+            bm25_dir = os.path.join(index, write.BM25_DIR)
+            self.bm25 = retrieval.bm25s_module().BM25.load(bm25_dir, show_progress=False)
+            tokenizer_file = os.path.join(bm25_dir, retrieval.BM25_TOKENIZER_FILE)
+            if os.path.isfile(tokenizer_file):
+                with open(tokenizer_file) as f:
+                    self.bm25_tokenizer = json.load(f)
+
+    def search(self, question: str, k: int = 5) -> SearchResult:
+        """The k best chunks for a question, without near-duplicates.
+
+        Raises:
+          ValueError: if the question is empty or k < 1.
+        """
+        if not question or not question.strip():
+            raise ValueError('the question is empty')
+        if k < 1:
+            raise ValueError(f'k must be >= 1, got {k}')
+        cfg = self.config
+        seconds = {}
+        started = time.perf_counter()
+        query = embed_texts(self.model, [question])[0]
+        seconds['embed'] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        n = len(self.chunk_ids)
+        rows: list[int] = []
+        bm25 = np.zeros(n, np.float32)
+        if n:
+            _, dense_rows = self.faiss.search(query[None, :], min(cfg.candidates, n))
+            tokens = retrieval.bm25_tokenize([question], self.bm25_tokenizer, return_ids=False)[0]
+            bm25 = retrieval.bm25_scores(self.bm25, tokens, n)
+            # A BM25 score of 0 means no query term occurs: not a lexical candidate.
+            rows = sorted(set(dense_rows[0][dense_rows[0] >= 0].tolist())
+                          | set(retrieval.top_n(bm25, cfg.candidates, min_score=0.0)))
+        # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
+        cosines = {r: float(self.embeddings[r] @ query) for r in rows}
+        rows = [r for r in rows if cosines[r] >= cfg.min_relevance]
+        seconds['search'] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        by_id = {self.chunk_ids[r]: r for r in rows}
+        rankings = {
+            'dense': retrieval.rank({c: cosines[r] for c, r in by_id.items()}),
+            'bm25': retrieval.rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
+            'salience': retrieval.rank({c: self.salience[r] for c, r in by_id.items()}),
+            'recency': retrieval.rank({c: self.timestamps[r] for c, r in by_id.items()}),
+        }
+        fused = retrieval.rrf_fuse(rankings, cfg.weights, cfg.rrf_k)
+        hits = [self._hit(by_id[c], score, cosines[by_id[c]], rankings) for c, score in fused]
+        seconds['fusion'] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        vectors = [self.embeddings[by_id[h.chunk_id]] for h in hits]
+        # The whole list is walked so the log counts every duplicate, as klarRAG
+        # logs it; only those ranked above the k-th hit are reported.
+        selected, skipped = retrieval.dedup_ranked(vectors, cfg.dedup_threshold)
+        LOG.info('Post-ranking deduplication: %d → %d chunks (removed %d cross-doc duplicates)',
+                 len(hits), len(selected), len(skipped))
+        selected = selected[:k]
+        last = selected[-1] if selected else -1
+        result = SearchResult(
+            hits=[hits[i] for i in selected],
+            skipped=[SkippedHit(hits[s.position], hits[s.duplicate_of].chunk_id, s.cosine)
+                     for s in skipped if s.position < last],
+            seconds=seconds,
+        )
+        seconds['dedup'] = time.perf_counter() - started
+        return result
+
+    def _hit(self, row: int, score: float, cosine: float, rankings: dict) -> Hit:
+        chunk_id = self.chunk_ids[row]
+        return Hit(
+            chunk_id=chunk_id,
+            doc_id=self.doc_ids[row],
+            char_start=self.char_starts[row],
+            char_end=self.char_ends[row],
+            text=self.texts[row],
+            score=score,
+            cosine=cosine,
+            ranks={s: rankings[s].get(chunk_id) for s in retrieval.SIGNALS},
+        )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The query flags."""
+    defaults = retrieval.RetrievalConfig()
+    p = argparse.ArgumentParser(prog='ragsieve query', description='Query a built ragsieve index.')
+    p.add_argument('question', type=str, help='The question to retrieve chunks for.')
+    p.add_argument('--index', type=str, required=True, help='Directory of a built index (local).')
+    p.add_argument('--k', type=int, default=5, help='Number of chunks to return.')
+    p.add_argument('--json', action='store_true', help='Print the results as one JSON list on stdout.')
+    p.add_argument('--verbose', action='store_true',
+                   help='Also print the chunks skipped as duplicates, and their ranks.')
+    p.add_argument('--embedding_model', type=str, default=None,
+                   help="Model to embed the question with; the index's own by default, and it "
+                        'must be that one.')
+    p.add_argument('--device', type=str, default='cpu', help='Torch device for the embedding model.')
+    p.add_argument('--candidates', type=int, default=defaults.candidates,
+                   help='N: the union of the dense top-N and the BM25 top-N is fused.')
+    p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
+                   help='Candidates with a dense cosine below this are dropped.')
+    p.add_argument('--dedup_threshold', type=float, default=defaults.dedup_threshold,
+                   help='Skip a chunk whose cosine to an already selected chunk is >= this.')
+    for signal in retrieval.SIGNALS:
+        p.add_argument(f'--weight_{signal}', type=float, default=getattr(defaults, f'weight_{signal}'),
+                       help=f'RRF weight of the {signal} rank.')
+    return p
+
+
+def format_text(result: SearchResult, verbose: bool) -> str:
+    """The results as text for a terminal."""
+    def ranks(h):
+        return ' '.join(f'{s}={h.ranks[s] if h.ranks[s] is not None else "-"}' for s in retrieval.SIGNALS)
+
+    lines = []
+    for i, h in enumerate(result.hits, 1):
+        lines.append(f'{i}. {h.chunk_id} [{h.doc_id} {h.char_start}:{h.char_end}] '
+                     f'score={h.score:.5f} cosine={h.cosine:.3f} {ranks(h)}')
+        lines.append('   ' + ' '.join(h.text.split()))
+        if verbose:
+            for s in result.skipped:
+                if s.duplicate_of == h.chunk_id:
+                    lines.append(f'   skipped duplicate {s.hit.chunk_id} (cosine {s.cosine:.3f}, '
+                                 f'score={s.hit.score:.5f} {ranks(s.hit)})')
+    if not result.hits:
+        lines.append('no chunk above the minimum relevance')
+    return '\n'.join(lines)
+
+
+def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
+    """Runs one query and prints it; returns the result.
+
+    Args:
+      argv: The flags and the question.
+      model: An already loaded model (tests); the index's model by default.
+
+    Raises:
+      ValueError: for bad settings, an empty question, a missing or
+        incomplete index or a model other than the index's.
+    """
+    logging.basicConfig(format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
+    args = parser().parse_args(argv)
+    LOG.setLevel(logging.INFO)
+    if not args.question.strip():
+        raise ValueError('the question is empty')
+    if args.k < 1:
+        raise ValueError(f'--k must be >= 1, got {args.k}')
+    config = retrieval.RetrievalConfig(
+        candidates=args.candidates,
+        min_relevance=args.min_relevance,
+        dedup_threshold=args.dedup_threshold,
+        **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
+    )
+    retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device)
+    result = retriever.search(args.question, args.k)
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
+    else:
+        print(format_text(result, args.verbose))
+    return result
+
+
+if __name__ == '__main__':
+    from pipelines import cli
+
+    sys.exit(cli.main(['query', *sys.argv[1:]]))

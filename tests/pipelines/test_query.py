@@ -1,0 +1,132 @@
+"""Queries over a small built index: JSON output, dedup of cross-document duplicates, errors."""
+
+import json
+import logging
+import shutil
+
+import pytest
+
+from pipelines import build_index, cli, query
+
+PASTA_NEW = 'Cook the pasta in plenty of salted boiling water until it is al dente.'
+PASTA_OLD = 'Cook the pasta in plenty of boiling salted water until al dente.'
+RECORDS = [
+    {'id': 'pasta-new', 'text': PASTA_NEW, 'metadata': {'updated_at': '2024-05-01T10:00:00Z'}},
+    {'id': 'pasta-old', 'text': PASTA_OLD, 'metadata': {'date': '2020-01-01'}},
+    {'id': 'sauce', 'text': 'Toss the drained pasta with the tomato sauce and a spoon of its cooking water.'},
+    {'id': 'orbit', 'text': 'A satellite in low Earth orbit circles the planet in about ninety minutes.'},
+    {'id': 'jupiter', 'text': 'Jupiter is the largest planet of the Solar System.'},
+]
+PASTA_QUESTION = 'How long do I cook pasta?'
+
+
+@pytest.fixture(scope='module')
+def index_dir(tmp_path_factory):
+    """An index of five one-chunk documents, two of them near-duplicates; built once."""
+    root = tmp_path_factory.mktemp('query')
+    (root / 'corpus').mkdir()
+    (root / 'corpus' / 'records.jsonl').write_text('\n'.join(json.dumps(r) for r in RECORDS) + '\n')
+    out = root / 'index'
+    build_index.run(['--input', str(root / 'corpus'), '--output', str(out),
+                     '--filter', 'none', '--chunk_size', '64'])
+    return out
+
+
+@pytest.fixture(scope='module')
+def retriever(index_dir, embedding_model):
+    return query.Retriever(str(index_dir), model=embedding_model)
+
+
+def test_build_writes_bm25_next_to_the_index(index_dir):
+    names = sorted(p.name for p in (index_dir / 'bm25').iterdir())
+    assert 'params.index.json' in names and 'vocab.index.json' in names and 'tokenizer.json' in names
+    assert json.loads((index_dir / 'bm25' / 'params.index.json').read_text())['num_docs'] == len(RECORDS)
+
+
+def test_json_output_is_one_list_with_duplicates_per_result(index_dir, embedding_model, capsys, caplog):
+    with caplog.at_level(logging.INFO, logger='ragsieve.query'):
+        query.run(['--index', str(index_dir), '--json', '--k', '3', PASTA_QUESTION], model=embedding_model)
+    results = json.loads(capsys.readouterr().out)
+    assert isinstance(results, list) and 1 <= len(results) <= 3
+    first = results[0]
+    assert set(first) == {'chunk_id', 'doc_id', 'char_start', 'char_end', 'text', 'score', 'cosine',
+                          'ranks', 'duplicates'}
+    assert set(first['ranks']) == {'dense', 'bm25', 'salience', 'recency'}
+    # The two pasta chunks are near-duplicates from different documents: one is returned,
+    # the other is reported as its duplicate.
+    assert first['doc_id'] in {'pasta-new', 'pasta-old'}
+    other = ({'pasta-new', 'pasta-old'} - {first['doc_id']}).pop()
+    assert [d['doc_id'] for d in first['duplicates']] == [other]
+    assert first['duplicates'][0]['cosine'] >= 0.9
+    assert other not in [r['doc_id'] for r in results]
+    assert [r['score'] for r in results] == sorted((r['score'] for r in results), reverse=True)
+    assert all(r['cosine'] >= 0.25 for r in results)
+    # Only the pasta documents carry a timestamp: the others get no recency rank (neutral).
+    assert all(r['ranks']['recency'] is None for r in results if r['doc_id'] not in {'pasta-new', 'pasta-old'})
+    assert 'Post-ranking deduplication: ' in caplog.text
+
+
+def test_retriever_answers_many_queries_deterministically(retriever, index_dir):
+    result = retriever.search('What orbits the Earth every ninety minutes?', k=2)
+    assert result.hits[0].doc_id == 'orbit' and result.hits[0].ranks['dense'] == 1
+    assert result.hits[0].text == RECORDS[3]['text']
+    assert (result.hits[0].char_start, result.hits[0].char_end) == (0, len(RECORDS[3]['text']))
+    assert set(result.seconds) == {'embed', 'search', 'fusion', 'dedup'}
+    again = retriever.search(PASTA_QUESTION, k=5)
+    assert again.hits == retriever.search(PASTA_QUESTION, k=5).hits
+    assert len(retriever.search(PASTA_QUESTION, k=1).hits) == 1
+
+
+def test_recency_weight_decides_between_equal_duplicates(index_dir, embedding_model):
+    from transforms.retrieval import RetrievalConfig
+
+    only_recency = RetrievalConfig(weight_dense=0, weight_bm25=0, weight_salience=0, weight_recency=1)
+    hits = query.Retriever(str(index_dir), only_recency, model=embedding_model).search(PASTA_QUESTION).hits
+    assert hits[0].doc_id == 'pasta-new' and hits[0].ranks['recency'] == 1
+
+
+def test_text_output_verbose_lists_skipped(index_dir, embedding_model, capsys):
+    query.run(['--index', str(index_dir), '--verbose', PASTA_QUESTION], model=embedding_model)
+    out = capsys.readouterr().out
+    assert out.startswith('1. pasta-') and 'skipped duplicate pasta-' in out
+
+
+def error(argv, capsys):
+    assert cli.main(['query', *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('ragsieve query: error: ')
+    return err
+
+
+def test_missing_or_foreign_index_is_a_clear_error(tmp_path, capsys):
+    assert 'is not a directory' in error(['--index', str(tmp_path / 'nope'), 'question'], capsys)
+    assert 'no manifest.json' in error(['--index', str(tmp_path), 'question'], capsys)
+
+
+def test_incomplete_index_is_a_clear_error(index_dir, tmp_path, capsys):
+    broken = tmp_path / 'broken'
+    shutil.copytree(index_dir, broken)
+    (broken / 'index' / 'index.faiss').unlink()
+    assert 'incomplete: missing index/index.faiss' in error(['--index', str(broken), 'q'], capsys)
+    (broken / 'index' / 'index.faiss').write_bytes((index_dir / 'index' / 'index.faiss').read_bytes())
+    shutil.rmtree(broken / 'bm25')
+    assert 'missing bm25/' in error(['--index', str(broken), 'q'], capsys)
+
+
+def test_other_model_or_empty_question_is_a_clear_error(index_dir, capsys):
+    err = error(['--index', str(index_dir), '--embedding_model', 'some/other-model', 'q'], capsys)
+    assert "built with embedding model 'all-MiniLM-L6-v2', not 'some/other-model'" in err
+    assert 'question is empty' in error(['--index', str(index_dir), '   '], capsys)
+    assert '--k must be >= 1' in error(['--index', str(index_dir), '--k', '0', 'q'], capsys)
+
+
+def test_other_model_dimension_is_a_clear_error(index_dir, tmp_path, embedding_model, retriever):
+    other = tmp_path / 'other'
+    shutil.copytree(index_dir, other)
+    manifest = json.loads((other / 'manifest.json').read_text())
+    manifest['model']['dim'] = 768
+    (other / 'manifest.json').write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match='768-dimensional embeddings'):
+        query.Retriever(str(other), model=embedding_model)
+    with pytest.raises(ValueError, match='question is empty'):
+        retriever.search('')
