@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms import dedup, metrics
+from transforms import dedup, metrics, retrieval
 from transforms.chunk_documents import document_chunks
 from transforms.chunking import CHUNKERS, ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.datasets import CHROMA, DATASETS, Question, read_dataset, sample_questions
@@ -91,8 +91,12 @@ PLOT_LABELS = {
     'Cascade (exact, minhash, intra_doc)': 'cascade',
 }
 
+DENSE = 'dense'
+HYBRID = 'hybrid'
+RETRIEVALS = (DENSE, HYBRID)
+
 CSV_COLUMNS = (
-    'dataset', 'chunker', 'method', 'threshold', 'variant', 'chunks', 'kept', 'reduction',
+    'dataset', 'chunker', 'retrieval', 'method', 'threshold', 'variant', 'chunks', 'kept', 'reduction',
     'precision', 'recall', 'iou', 'oracle', 'char_precision', 'char_recall', 'char_iou',
 )
 
@@ -190,6 +194,9 @@ class EvaluateConfig:
       embedding_model: sentence-transformers model name or path.
       lemma_model: spaCy package for the `preprocessed` lemmas.
       progress: Show a progress bar.
+      retrieval: `dense` (the study's protocol: exact top-k by cosine) or
+        `hybrid` (the query job's ranking: dense + BM25 + salience + recency
+        fused by RRF, then cross-document dedup; see transforms/retrieval.py).
     """
 
     dataset: str
@@ -205,8 +212,11 @@ class EvaluateConfig:
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     lemma_model: str = metrics.DEFAULT_LEMMA_MODEL
     progress: bool = True
+    retrieval: str = DENSE
 
     def __post_init__(self):
+        if self.retrieval not in RETRIEVALS:
+            raise ValueError(f'unknown retrieval {self.retrieval!r}; choose one of {list(RETRIEVALS)}')
         if self.dataset not in DATASETS:
             raise ValueError(f'unknown dataset {self.dataset!r}; choose one of {list(DATASETS)}')
         if not self.chunkers:
@@ -312,8 +322,10 @@ def with_features(
 
 def apply_filters(
     chunks: Sequence[Chunk], specs: Sequence[dedup.FilterSpec], settings: dedup.FilterConfig
-) -> set[str]:
-    """Runs the filters in order, as the build does; returns the kept chunk ids.
+) -> list[Chunk]:
+    """Runs the filters in order, as the build does; returns the kept chunks.
+
+    Kept chunks carry what the filters changed (intra_doc's boosted salience).
 
     Args:
       chunks: All chunks, in canonical order, with the features the filters need.
@@ -353,7 +365,45 @@ def apply_filters(
             kept.sort(key=Chunk.sort_key)
         else:
             raise ValueError(f'unknown filter {name!r}')
-    return {c.chunk_id for c in kept}
+    return kept
+
+
+def hybrid_top_k(
+    kept: Sequence[Chunk], rows: np.ndarray, vectors: np.ndarray, questions: Sequence[Question],
+    queries: np.ndarray, k: int, config: retrieval.RetrievalConfig,
+) -> list[list[int]]:
+    """The query job's ranking over the kept chunks; returns rows of `vectors`.
+
+    BM25 is built over the kept texts, as a filtered build writes it; each
+    question gets the fused, deduplicated top-k (possibly fewer than k, when
+    the relevance floor leaves fewer candidates).
+
+    Args:
+      kept: The kept chunks, in the order of `rows`.
+      rows: Their rows in `vectors`.
+      vectors: Embeddings of all chunks.
+      questions: The questions (their text feeds BM25).
+      queries: The questions' embeddings.
+      k: Chunks per question.
+      config: Candidates, floor, weights and dedup threshold.
+    """
+    if len(rows) == 0:
+        return [[] for _ in questions]
+    sub = np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    chunk_ids = [c.chunk_id for c in kept]
+    salience = [c.salience for c in kept]
+    timestamps = [retrieval.document_timestamp(c.metadata) for c in kept]
+    bm25 = retrieval.build_bm25([c.text for c in kept])
+    dense = top_k(sub, np.arange(len(rows)), queries, config.candidates)
+    out = []
+    for question, query, dense_rows in zip(questions, queries, dense):
+        tokens = retrieval.bm25_tokenize([question.question], return_ids=False)[0]
+        scores = retrieval.bm25_scores(bm25, tokens, len(rows))
+        fused = retrieval.fuse_candidates(
+            query, dense_rows, scores, sub, chunk_ids, salience, timestamps, config)
+        selected, _ = retrieval.dedup_ranked([sub[r] for r in fused.rows], config.dedup_threshold, limit=k)
+        out.append([int(rows[fused.rows[i]]) for i in selected])
+    return out
 
 
 def top_k(vectors: np.ndarray, rows: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:
@@ -450,14 +500,21 @@ def evaluate_chunker(
     timings['tokens'] = time.perf_counter() - started
 
     rows = []
+    row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
     filter_seconds = evaluate_seconds = 0.0
     for grid in config.filters:
         started = time.perf_counter()
-        kept_ids = apply_filters(chunks, grid.specs, resources.settings)
+        kept_chunks = apply_filters(chunks, grid.specs, resources.settings)
         filter_seconds += time.perf_counter() - started
         started = time.perf_counter()
+        kept_ids = {c.chunk_id for c in kept_chunks}
         kept = np.array([c.chunk_id in kept_ids for c in chunks], dtype=bool)
-        retrieved = top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
+        if config.retrieval == HYBRID:
+            kept_rows = np.array([row_of[c.chunk_id] for c in kept_chunks], dtype=np.int64)
+            retrieved = hybrid_top_k(kept_chunks, kept_rows, vectors, questions,
+                                     query_vectors, config.k, retrieval.RetrievalConfig())
+        else:
+            retrieved = top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
         char = [_char_scores(q, hits, chunks) for q, hits in zip(questions, retrieved)]
         for variant in config.variants:
             token, oracle = [], []
@@ -470,6 +527,7 @@ def evaluate_chunker(
             rows.append({
                 'dataset': config.dataset,
                 'chunker': chunker_label(chunker),
+                'retrieval': config.retrieval,
                 'method': grid.method,
                 'threshold': '' if grid.threshold is None else grid.threshold,
                 'variant': variant,
@@ -648,6 +706,7 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
         'documents': len(documents),
         'questions': len(questions),
         'k': config.k,
+        'retrieval': config.retrieval,
         'chunkers': [chunker_label(c) for c in config.chunkers],
         'filters': [f'{g.name}' + ('' if g.threshold is None else f'@{g.threshold:g}') for g in config.filters],
         'variants': list(config.variants),
@@ -684,6 +743,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help='sentence-transformers model name or local path.')
     parser.add_argument('--lemma_model', type=str, default=metrics.DEFAULT_LEMMA_MODEL,
                         help='spaCy package lemmatizing the preprocessed variant.')
+    parser.add_argument('--retrieval', type=str, choices=RETRIEVALS, default=DENSE,
+                        help='dense: exact top-k by cosine (the study); hybrid: the query job\'s '
+                             'RRF of dense, BM25, salience and recency, then cross-document dedup.')
     parser.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
     return parser.parse_args(argv)
 
@@ -713,6 +775,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         embedding_model=args.embedding_model,
         lemma_model=args.lemma_model,
         progress=not args.no_progress,
+        retrieval=args.retrieval,
     )
 
 

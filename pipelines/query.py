@@ -235,34 +235,24 @@ class Retriever:
 
         started = time.perf_counter()
         n = len(self.chunk_ids)
-        rows: list[int] = []
+        dense_rows: Sequence[int] = []
         bm25 = np.zeros(n, np.float32)
         if n:
-            _, dense_rows = self.faiss.search(query[None, :], min(cfg.candidates, n))
+            _, found = self.faiss.search(query[None, :], min(cfg.candidates, n))
+            dense_rows = found[0].tolist()
             tokens = retrieval.bm25_tokenize([question], self.bm25_tokenizer, return_ids=False)[0]
             bm25 = retrieval.bm25_scores(self.bm25, tokens, n)
-            # A BM25 score of 0 means no query term occurs: not a lexical candidate.
-            rows = sorted(set(dense_rows[0][dense_rows[0] >= 0].tolist())
-                          | set(retrieval.top_n(bm25, cfg.candidates, min_score=0.0)))
-        # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
-        cosines = {r: float(self.embeddings[r] @ query) for r in rows}
-        rows = [r for r in rows if cosines[r] >= cfg.min_relevance]
         seconds['search'] = time.perf_counter() - started
 
         started = time.perf_counter()
-        by_id = {self.chunk_ids[r]: r for r in rows}
-        rankings = {
-            'dense': retrieval.rank({c: cosines[r] for c, r in by_id.items()}),
-            'bm25': retrieval.rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
-            'salience': retrieval.rank({c: self.salience[r] for c, r in by_id.items()}),
-            'recency': retrieval.rank({c: self.timestamps[r] for c, r in by_id.items()}),
-        }
-        fused = retrieval.rrf_fuse(rankings, cfg.weights, cfg.rrf_k)
-        hits = [self._hit(by_id[c], score, cosines[by_id[c]], rankings) for c, score in fused]
+        fused = retrieval.fuse_candidates(
+            query, dense_rows, bm25, self.embeddings, self.chunk_ids, self.salience, self.timestamps, cfg)
+        hits = [self._hit(r, score, fused.cosines[r], fused.rankings)
+                for r, score in zip(fused.rows, fused.scores)]
         seconds['fusion'] = time.perf_counter() - started
 
         started = time.perf_counter()
-        vectors = [self.embeddings[by_id[h.chunk_id]] for h in hits]
+        vectors = [self.embeddings[r] for r in fused.rows]
         # The whole list is walked so the log counts every duplicate, as klarRAG
         # logs it; only those ranked above the k-th hit are reported.
         selected, skipped = retrieval.dedup_ranked(vectors, cfg.dedup_threshold)

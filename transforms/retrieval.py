@@ -122,6 +122,66 @@ def rrf_fuse(
 
 
 @dataclasses.dataclass(frozen=True)
+class Fused:
+    """Candidates of one query, fused.
+
+    Attributes:
+      rows: Candidate rows, best first (score descending, then chunk_id).
+      scores: Their fused scores.
+      rankings: Per signal, the rank of each candidate chunk_id that has a value.
+      cosines: Dense cosine to the query, per candidate row.
+    """
+
+    rows: list[int]
+    scores: list[float]
+    rankings: dict[str, dict[str, int]]
+    cosines: dict[int, float]
+
+
+def fuse_candidates(
+    query: np.ndarray,
+    dense_rows: Sequence[int],
+    bm25: np.ndarray,
+    embeddings: np.ndarray,
+    chunk_ids: Sequence[str],
+    salience: Sequence[Optional[float]],
+    timestamps: Sequence[Optional[float]],
+    config: RetrievalConfig,
+) -> Fused:
+    """Hybrid ranking of one query: candidates, relevance floor, per-signal ranks, RRF.
+
+    Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
+    a BM25 score of 0 means no query term occurs, so it makes no lexical
+    candidate. Candidates whose cosine to the query is below
+    `config.min_relevance` are dropped; the rest are ranked by each signal and
+    fused.
+
+    Args:
+      query: The normalized query embedding.
+      dense_rows: The dense top-N rows (e.g. from FAISS).
+      bm25: BM25 score of every row.
+      embeddings: Normalized chunk embeddings, one row per chunk.
+      chunk_ids: chunk_id per row (ties in every ranking are broken by it).
+      salience: Salience per row; None is neutral.
+      timestamps: Document time per row (POSIX seconds); None is neutral.
+      config: Candidates, floor, weights.
+    """
+    rows = sorted(set(int(r) for r in dense_rows if r >= 0)
+                  | set(top_n(bm25, config.candidates, min_score=0.0)))
+    # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
+    cosines = {r: float(embeddings[r] @ query) for r in rows}
+    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance}
+    rankings = {
+        'dense': rank({c: cosines[r] for c, r in by_id.items()}),
+        'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
+        'salience': rank({c: salience[r] for c, r in by_id.items()}),
+        'recency': rank({c: timestamps[r] for c, r in by_id.items()}),
+    }
+    fused = rrf_fuse(rankings, config.weights, config.rrf_k)
+    return Fused([by_id[c] for c, _ in fused], [score for _, score in fused], rankings, cosines)
+
+
+@dataclasses.dataclass(frozen=True)
 class Skipped:
     """A chunk dropped by post-ranking dedup.
 
@@ -247,6 +307,19 @@ def bm25_tokenize(texts: Sequence[str], tokenizer: Mapping = BM25_TOKENIZER, ret
     return bm25s.tokenize(list(texts), return_ids=return_ids, show_progress=False, **tokenizer)
 
 
+def build_bm25(texts: Sequence[str]):
+    """An in-memory BM25 index (bm25s, default Lucene parameters); row i = texts[i].
+
+    Raises:
+      ValueError: if `texts` is empty (bm25s cannot index nothing).
+    """
+    if not texts:
+        raise ValueError('cannot build a BM25 index of no texts')
+    retriever = bm25s_module().BM25()
+    retriever.index(bm25_tokenize(texts), show_progress=False)
+    return retriever
+
+
 def bm25_files(texts: Sequence[str]) -> dict[str, bytes]:
     """A BM25 index (bm25s, default Lucene parameters) of `texts`, as files.
 
@@ -260,12 +333,7 @@ def bm25_files(texts: Sequence[str]) -> dict[str, bytes]:
     Raises:
       ValueError: if `texts` is empty (bm25s cannot index nothing).
     """
-    bm25s = bm25s_module()
-
-    if not texts:
-        raise ValueError('cannot build a BM25 index of no texts')
-    retriever = bm25s.BM25()
-    retriever.index(bm25_tokenize(texts), show_progress=False)
+    retriever = build_bm25(texts)
     files = {}
     with tempfile.TemporaryDirectory() as tmp:
         retriever.save(tmp, show_progress=False)

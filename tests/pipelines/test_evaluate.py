@@ -162,6 +162,37 @@ def test_end_to_end_squad_through_the_cli(tmp_path):
     assert float(rows[0]['recall']) > 0.5
 
 
+def test_hybrid_retrieval_through_the_query_ranking(tmp_path, embedding_model):
+    out = tmp_path / 'out'
+    argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out), '--chunkers', 'recursive:40:10',
+            '--filters', 'none,exact', '--max_questions', '4', '--variants', 'raw', '--no_progress',
+            '--retrieval', 'hybrid']
+    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    assert summary['retrieval'] == 'hybrid'
+    with (out / 'results.csv').open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r['retrieval'], r['method']) for r in rows] == [('hybrid', 'No filtering'), ('hybrid', 'ExactNorm')]
+    assert all(0.0 < float(r['recall']) <= 1.0 for r in rows)
+
+
+def test_hybrid_top_k_dedups_and_respects_kept_rows(embedding_model):
+    from transforms import retrieval
+    from transforms.datasets import Question
+
+    texts = ['Saturn has rings of ice and rock.', 'Saturn has rings of ice and rock!',
+             'Pasta is cooked in salted water.', 'Jupiter is the largest planet.']
+    vectors = embedding_model.encode(texts, normalize_embeddings=True)
+    chunks = [_chunk('d', i, t, v) for i, (t, v) in enumerate(zip(texts, vectors))]
+    question = Question('What are the rings of Saturn made of?', 'd', ((0, 10),))
+    query = embedding_model.encode([question.question], normalize_embeddings=True)
+    config = retrieval.RetrievalConfig(min_relevance=-1.0)
+    [hits] = evaluate.hybrid_top_k(chunks, np.arange(4), vectors, [question], query, 3, config)
+    assert hits[0] in (0, 1) and not {0, 1} <= set(hits)  # the near-copy is skipped
+    assert len(hits) == 3
+    [hits] = evaluate.hybrid_top_k(chunks[2:], np.array([2, 3]), vectors, [question], query, 3, config)
+    assert set(hits) <= {2, 3}
+
+
 def test_cli_errors(tmp_path, capsys):
     assert cli.main(['evaluate', '--output', str(tmp_path), '--chunkers', 'fixed:400:400']) == 2
     assert 'ragsieve evaluate: error: chunk_overlap' in capsys.readouterr().err
@@ -190,7 +221,9 @@ def test_apply_filters_runs_the_grid_filters_in_order():
         _chunk('b', 0, 'pasta cooked in salted water until al dente', [0.6, 0.8, 0], ['PERSON:ada']),
     ]
     settings = dedup.FilterConfig()
-    run = lambda spec: evaluate.apply_filters(chunks, dedup.parse_filters(spec), settings)
+    def run(spec):
+        return {c.chunk_id for c in evaluate.apply_filters(chunks, dedup.parse_filters(spec), settings)}
+
     all_ids = {c.chunk_id for c in chunks}
     assert run('none') == all_ids
     assert run('exact') == all_ids - {'a#1'}
