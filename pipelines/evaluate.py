@@ -337,34 +337,7 @@ def apply_filters(
     """
     kept = list(chunks)
     for spec in specs:
-        name, threshold = spec.name, spec.threshold
-        if name == 'exact':
-            kept, _ = dedup.drop_exact(kept)
-        elif name == 'minhash':
-            kept, _ = dedup.drop_minhash_groups(kept, threshold)
-        elif name == 'random':
-            kept, _ = dedup.drop_random(kept, threshold, settings.random_seed)
-        elif name.startswith('similarity'):
-            kept, _ = dedup.drop_similar(
-                kept, threshold,
-                require_same_topic='topics' in name, require_shared_entity=name.endswith('_ner'))
-        elif name == 'ner_exact':
-            kept, _ = dedup.drop_ner_exact(kept)
-        elif name == 'ner_half':
-            kept, _ = dedup.drop_ner_half(kept)
-        elif name == 'intra_doc':
-            by_doc: dict[str, list[Chunk]] = collections.defaultdict(list)
-            for chunk in kept:
-                by_doc[chunk.doc_id].append(chunk)
-            kept = []
-            for doc_id in sorted(by_doc):
-                doc_kept, _ = dedup.intra_doc(
-                    by_doc[doc_id], threshold, settings.intra_doc_min_salience,
-                    settings.intra_doc_boost, settings.intra_doc_boost_mode)
-                kept.extend(doc_kept)
-            kept.sort(key=Chunk.sort_key)
-        else:
-            raise ValueError(f'unknown filter {name!r}')
+        kept, _ = dedup.apply_filter(kept, spec, settings)
     return kept
 
 

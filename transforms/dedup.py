@@ -800,3 +800,57 @@ def topics(
         return np.zeros(n, dtype=np.int64)
     model = KMeans(n_clusters=k, n_init=4, random_state=seed)
     return model.fit_predict(_unit_rows(embeddings)).astype(np.int64)
+
+
+def apply_filter(
+    chunks: Sequence[Chunk], spec: FilterSpec, config: Optional[FilterConfig] = None
+) -> tuple[list[Chunk], list[Dropped]]:
+    """Applies one filter to a whole corpus held in memory.
+
+    The one dispatch from filter names to the functions above: the evaluation
+    runs every filter through it, and the build's global filters (similarity*,
+    ner_*) run it on one worker. The build distributes the others (exact,
+    minhash, random, intra_doc) with Beam, over the same functions.
+
+    Args:
+      chunks: The corpus's chunks, with the features the filter needs.
+      spec: The filter and its threshold.
+      config: Seeds and intra_doc settings; defaults for the filters that need none.
+
+    Returns:
+      `(kept, dropped)`, kept in canonical `(doc_id, chunk_index)` order.
+
+    Raises:
+      ValueError: For an unknown filter name.
+    """
+    config = config or FilterConfig()
+    ordered = sorted(chunks, key=Chunk.sort_key)
+    name, threshold = spec.name, spec.threshold
+    if name == 'exact':
+        return drop_exact(ordered)
+    if name == 'minhash':
+        b, r = config.minhash_config(threshold).bands()
+        return drop_minhash_groups(ordered, threshold, b, r)
+    if name == 'random':
+        return drop_random(ordered, threshold, config.random_seed)
+    if name.startswith('similarity') and name in FILTER_DEFAULTS:
+        return drop_similar(
+            ordered, threshold,
+            require_same_topic='topics' in name, require_shared_entity=name.endswith('_ner'))
+    if name == 'ner_exact':
+        return drop_ner_exact(ordered)
+    if name == 'ner_half':
+        return drop_ner_half(ordered)
+    if name == 'intra_doc':
+        kept, dropped = [], []
+        by_doc = collections.defaultdict(list)
+        for chunk in ordered:
+            by_doc[chunk.doc_id].append(chunk)
+        for doc_id in sorted(by_doc):
+            doc_kept, doc_dropped = intra_doc(
+                by_doc[doc_id], threshold, config.intra_doc_min_salience,
+                config.intra_doc_boost, config.intra_doc_boost_mode)
+            kept.extend(doc_kept)
+            dropped.extend(doc_dropped)
+        return sorted(kept, key=Chunk.sort_key), dropped
+    raise ValueError(f'unknown filter {name!r}')

@@ -76,17 +76,9 @@ def drop_global(chunks: Iterable[Chunk], spec: dedup.FilterSpec) -> tuple[list[C
     Raises:
       ValueError: If `spec` is not a global filter.
     """
-    ordered = sorted(chunks, key=Chunk.sort_key)
-    name = spec.name
-    if name == 'ner_exact':
-        return dedup.drop_ner_exact(ordered)
-    if name == 'ner_half':
-        return dedup.drop_ner_half(ordered)
-    if name in GLOBAL_FILTERS:
-        return dedup.drop_similar(
-            ordered, spec.threshold,
-            require_same_topic='topics' in name, require_shared_entity=name.endswith('_ner'))
-    raise ValueError(f'{name!r} is not a global filter')
+    if spec.name not in GLOBAL_FILTERS:
+        raise ValueError(f'{spec.name!r} is not a global filter')
+    return dedup.apply_filter(list(chunks), spec)
 
 
 class ApplyFilterFn(beam.DoFn):

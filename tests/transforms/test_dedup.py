@@ -8,6 +8,7 @@ import pytest
 
 from transforms.dedup import (
     FilterSpec,
+    apply_filter,
     candidate_pairs_from_buckets,
     connected_components,
     default_n_topics,
@@ -532,3 +533,16 @@ def test_intra_doc_accounts_per_document():
         kept, dropped = intra_doc(own)
         assert len(kept) + len(dropped) == len(own)
         assert all(0.0 <= c.salience <= 1.0 for c in kept)
+
+
+def test_apply_filter_runs_a_filter_over_the_corpus_in_canonical_order():
+    a = make('a', 0, 'alpha beta gamma delta', [1.0, 0.0])
+    a_copy = make('b', 0, 'Alpha  beta gamma delta', [1.0, 0.0])
+    other = make('b', 1, 'something else entirely', [0.0, 1.0])
+    kept, dropped = apply_filter([other, a_copy, a], FilterSpec('exact', None))
+    assert [c.chunk_id for c in kept] == ['a#0', 'b#1']  # canonical order, whatever the input
+    assert [(d.chunk.chunk_id, d.duplicate_of) for d in dropped] == [('b#0', 'a#0')]
+    kept, dropped = apply_filter([a, a_copy, other], FilterSpec('similarity', 0.9))
+    assert [d.chunk.chunk_id for d in dropped] == ['b#0']
+    kept, dropped = apply_filter([a, a_copy, other], FilterSpec('intra_doc', 0.9))
+    assert len(kept) + len(dropped) == 3
