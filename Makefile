@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/ragsieve build --input sample_corpus --output out
+	# Paragraph-sized chunks, so the corpus's repeated paragraphs show up in dropped/.
+	$(VENV)/bin/ragsieve build --input sample_corpus --output out --chunk_size 64
 
 test: setup
 	$(PY) -m pytest -q

@@ -418,4 +418,4 @@ def package_versions() -> dict:
 if __name__ == '__main__':
     from pipelines import cli
 
-    sys.exit(cli.main(['build', *sys.argv[1:]]))
+    sys.exit(cli.run_and_report('build', run, sys.argv[1:]))

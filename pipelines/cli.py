@@ -19,8 +19,18 @@ def main(argv=None) -> int:
     if command not in COMMANDS:
         print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
         return 2
+    return run_and_report(command, importlib.import_module(COMMANDS[command]).run, rest)
+
+
+def run_and_report(command: str, run, argv) -> int:
+    """Calls `run(argv)`; a ValueError becomes one line on stderr and exit code 2.
+
+    The modules' own `__main__` blocks call this with their `run`: going through
+    `main` would import the module a second time, and Beam would then see
+    its options class registered twice (conflicting flags).
+    """
     try:
-        importlib.import_module(COMMANDS[command]).run(rest)
+        run(argv)
     except ValueError as e:
         print(f'ragsieve {command}: error: {e}', file=sys.stderr)
         return 2

@@ -769,4 +769,4 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
 if __name__ == '__main__':
     from pipelines import cli
 
-    sys.exit(cli.main(['evaluate', *sys.argv[1:]]))
+    sys.exit(cli.run_and_report('evaluate', run, sys.argv[1:]))

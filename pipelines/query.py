@@ -365,4 +365,4 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
 if __name__ == '__main__':
     from pipelines import cli
 
-    sys.exit(cli.main(['query', *sys.argv[1:]]))
+    sys.exit(cli.run_and_report('query', run, sys.argv[1:]))

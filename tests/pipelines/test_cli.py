@@ -1,5 +1,7 @@
 """The `ragsieve` command: usage, sub-commands and clear errors."""
 
+import pytest
+
 from pipelines import cli
 
 
@@ -26,3 +28,20 @@ def test_build_without_input_is_a_clear_error(tmp_path, capsys):
 def test_build_with_bad_input_is_a_clear_error(tmp_path, capsys):
     assert cli.main(['build', '--input', str(tmp_path / 'none*.md'), '--output', str(tmp_path / 'out')]) == 2
     assert 'matches no file' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('module,command', [
+    ('pipelines.build_index', 'build'), ('pipelines.evaluate', 'evaluate'), ('pipelines.query', 'query'),
+])
+def test_python_dash_m_entry_points_report_errors_cleanly(tmp_path, module, command):
+    # As a subprocess: `python -m` runs the module as __main__, which must not
+    # import it a second time (Beam would see its options registered twice).
+    import subprocess
+    import sys
+
+    argv = {'build': ['--output', str(tmp_path / 'out')],
+            'evaluate': ['--output', str(tmp_path / 'out'), '--chunkers', 'fixed:10:10'],
+            'query': ['--index', str(tmp_path / 'missing'), 'a question']}[command]
+    done = subprocess.run([sys.executable, '-m', module, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f'ragsieve {command}: error:' in done.stderr
