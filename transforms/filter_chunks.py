@@ -114,7 +114,7 @@ class DropExactDuplicates(beam.PTransform):
             chunks
             | 'KeyByContentHash' >> beam.WithKeys(content_hash_of)
             | 'GroupByContentHash' >> beam.GroupByKey()
-            | 'DropHashes' >> beam.Values()
+            | 'ContentHashGroups' >> beam.Values()
             | 'KeepOnePerHash' >> beam.ParDo(ApplyFilterFn(self._index, 'exact', drop_exact_group))
             .with_outputs(DROPPED, main=KEPT)
         )
@@ -226,7 +226,7 @@ class DropIntraDocRedundancy(beam.PTransform):
             chunks
             | 'KeyByDocument' >> beam.WithKeys(doc_id_of)
             | 'GroupByDocument' >> beam.GroupByKey()
-            | 'DropDocIds' >> beam.Values()
+            | 'DocumentGroups' >> beam.Values()
             | 'DedupWithinDocument' >> beam.ParDo(IntraDocFn(self._index, self._spec, self._config))
             .with_outputs(DROPPED, main=KEPT)
         )
