@@ -99,6 +99,7 @@ class _EmbedBatchFn(beam.DoFn):
         self._model_handle = model
         self._batch_size = batch_size
         self._chunks = Metrics.counter('embed', 'chunks')
+        self._computed = Metrics.counter('embed', 'computed')
         self._msecs = Metrics.counter('embed', 'msecs')
 
     def setup(self):
@@ -106,15 +107,22 @@ class _EmbedBatchFn(beam.DoFn):
 
     def process(self, batch: list[Chunk]) -> Iterable[Chunk]:
         started = time.perf_counter()
-        vectors = embed_texts(self._model, [c.text for c in batch], self._batch_size)
+        todo = [c for c in batch if c.embedding is None]
+        vectors = iter(embed_texts(self._model, [c.text for c in todo], self._batch_size))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._chunks.inc(len(batch))
-        for chunk, vector in zip(batch, vectors):
-            yield dataclasses.replace(chunk, embedding=vector)
+        self._computed.inc(len(todo))
+        for chunk in batch:
+            yield chunk if chunk.embedding is not None else dataclasses.replace(chunk, embedding=next(vectors))
 
 
 class EmbedChunks(beam.PTransform):
-    """PCollection[Chunk] -> PCollection[Chunk] with `embedding` set."""
+    """PCollection[Chunk] -> PCollection[Chunk] with `embedding` set.
+
+    Chunks that already carry an embedding (from the feature cache) pass
+    through; counter `embed.chunks` counts every chunk, `embed.computed` the
+    ones embedded here.
+    """
 
     def __init__(self, model: SharedModel, config: EmbeddingConfig):
         super().__init__()

@@ -66,14 +66,15 @@ class _MinhashBatchFn(beam.DoFn):
 
     def process(self, batch: list[Chunk]) -> Iterable[Chunk]:
         started = time.perf_counter()
-        out = with_minhash(batch, self._config)
+        computed = iter(with_minhash([c for c in batch if c.minhash is None], self._config))
+        out = [c if c.minhash is not None else next(computed) for c in batch]
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
-        self._chunks.inc(len(out))
+        self._chunks.inc(sum(c.minhash is None for c in batch))
         yield from out
 
 
 class ComputeMinhash(beam.PTransform):
-    """PCollection[Chunk] -> PCollection[Chunk] with `minhash` set."""
+    """PCollection[Chunk] -> PCollection[Chunk] with `minhash` set (kept where already set)."""
 
     def __init__(self, config: MinHashConfig):
         super().__init__()
@@ -100,15 +101,16 @@ class _EntitiesBatchFn(beam.DoFn):
 
     def process(self, batch: list[Chunk]) -> Iterable[Chunk]:
         started = time.perf_counter()
-        found = extract_entities(self._nlp, [c.text for c in batch], self._labels, self._batch_size)
+        todo = [c for c in batch if c.entities is None]
+        found = iter(extract_entities(self._nlp, [c.text for c in todo], self._labels, self._batch_size))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
-        self._chunks.inc(len(batch))
-        for chunk, entities in zip(batch, found):
-            yield dataclasses.replace(chunk, entities=entities)
+        self._chunks.inc(len(todo))
+        for chunk in batch:
+            yield chunk if chunk.entities is not None else dataclasses.replace(chunk, entities=next(found))
 
 
 class ExtractEntities(beam.PTransform):
-    """PCollection[Chunk] -> PCollection[Chunk] with `entities` set (spaCy NER only)."""
+    """PCollection[Chunk] -> PCollection[Chunk] with `entities` set (spaCy NER only; kept where set)."""
 
     def __init__(self, ner: SharedNer, labels: Optional[Sequence[str]], batch_size: int = 64):
         super().__init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -48,6 +49,21 @@ def max_seq_length(name_or_path: str) -> Optional[int]:
     if not config.is_file():
         return None
     return json.loads(config.read_text()).get('max_seq_length')
+
+
+def model_fingerprint(model) -> str:
+    """Hash of a loaded model's architecture and weights.
+
+    Two paths or names of the same model hash the same, and a retrained copy
+    under the same name does not, which is what a cache of its outputs needs.
+    """
+    import torch
+
+    digest = hashlib.blake2b(repr(model).encode('utf-8'), digest_size=16)
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode('utf-8'))
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 class SharedModel:

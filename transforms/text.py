@@ -16,3 +16,8 @@ def normalize_text(text: str) -> str:
 def content_hash(text: str) -> str:
     """Returns a hex digest of the normalized text (stable across runs and workers)."""
     return hashlib.blake2b(normalize_text(text).encode('utf-8'), digest_size=16).hexdigest()
+
+
+def text_key(text: str) -> str:
+    """Hex digest of the exact text, for what depends on every character (features, changes)."""
+    return hashlib.blake2b(text.encode('utf-8'), digest_size=16).hexdigest()

@@ -1,0 +1,112 @@
+"""The feature cache: specs, entry tables, generations and the keyed join.
+
+The join tests use hand-made chunks and cache entries: the unit under test is
+the join, not the model, so no model runs here (see test_incremental.py for
+builds with the real model).
+"""
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import feature_cache
+from transforms.feature_cache import CacheRun, CacheSpec
+from transforms.text import text_key
+from transforms.types import Chunk
+from transforms.write import write_table
+
+
+def chunk(doc_id, index, text):
+    return Chunk(f'{doc_id}#{index}', doc_id, index, text, 0, len(text), 3, 'h')
+
+
+def test_text_key_is_exact():
+    assert text_key('Café') != text_key('café')
+    assert text_key('a b') != text_key('a  b')
+    assert text_key('x') == text_key('x') and len(text_key('x')) == 32
+
+
+def test_settings_id_depends_on_every_setting_not_on_order():
+    a = CacheSpec('embedding', {'model': 'm', 'weights': 'w1'})
+    assert a.settings_id == CacheSpec('embedding', {'weights': 'w1', 'model': 'm'}).settings_id
+    assert a.settings_id != CacheSpec('embedding', {'model': 'm', 'weights': 'w2'}).settings_id
+    assert a.directory('/c') == f'/c/embedding/{a.settings_id}'
+    with pytest.raises(ValueError, match='unknown cached feature'):
+        CacheSpec('topic', {})
+
+
+@pytest.mark.parametrize('feature, values', [
+    ('embedding', [np.random.default_rng(0).standard_normal(384).astype(np.float32) for _ in range(2)]),
+    ('minhash', [np.array([2**64 - 1, 0, 12345], np.uint64), np.array([1, 2, 3], np.uint64)]),
+    ('entities', [('GPE:london', 'PERSON:ada lovelace'), ()]),
+])
+def test_entries_round_trip_bit_exact(tmp_path, feature, values):
+    entries = [('k2', values[1]), ('k1', values[0]), ('k2', values[1])]
+    path = str(tmp_path / 'entries.parquet')
+    write_table(feature_cache.entries_table(feature, entries), path)
+    back = list(feature_cache.table_entries(pq.read_table(path)))
+    assert [k for k, _ in back] == ['k1', 'k2']  # sorted, one row per key
+    for (_, value), expected in zip(back, values):
+        got = getattr(feature_cache.with_value(feature, chunk('d', 0, 't'), value), feature)
+        if feature == 'entities':
+            assert got == expected
+        else:
+            assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+
+
+def test_split_generations_orders_complete_ones_by_completion_time():
+    files = [('/s/b/entries.parquet', 1.0), ('/s/b/COMPLETE', 5.0), ('/s/c/entries.parquet', 9.0),
+             ('/s/a/COMPLETE', 7.0)]
+    assert feature_cache.split_generations(files) == (['/s/b', '/s/a'], ['/s/c'])
+
+
+def write_generation(root, spec, generation, entries, complete=True):
+    run = CacheRun(str(root), (spec,), generation, {})
+    write_table(feature_cache.entries_table(spec.feature, entries), run.entries_path(spec))
+    if complete:
+        run.commit()
+    return run
+
+
+def test_open_reads_the_newest_complete_generation_and_prune_keeps_only_its_own(tmp_path):
+    spec = CacheSpec('entities', {'model': 'x'})
+    assert CacheRun.open(str(tmp_path), [spec], 'g9').read_from == {'entities': None}
+    write_generation(tmp_path, spec, 'g1', [('a', ('ORG:x',))])
+    write_generation(tmp_path, spec, 'g2', [('a', ('ORG:y',))])
+    write_generation(tmp_path, spec, 'g3', [('a', ('ORG:z',))], complete=False)  # a killed run
+    run = CacheRun.open(str(tmp_path), [spec], 'g4')
+    assert run.read_from['entities'] == f'{spec.directory(str(tmp_path))}/g2/entries.parquet'
+    write_generation(tmp_path, spec, 'g4', [('a', ('ORG:w',))])
+    run.prune()
+    assert feature_cache.generations(spec.directory(str(tmp_path))) == (
+        [f'{spec.directory(str(tmp_path))}/g4'], [])
+
+
+def test_delete_incomplete_removes_only_killed_generations(tmp_path):
+    spec = CacheSpec('minhash', {'num_perm': 4})
+    write_generation(tmp_path, spec, 'g1', [('a', np.arange(4, dtype=np.uint64))])
+    write_generation(tmp_path, spec, 'g2', [('a', np.arange(4, dtype=np.uint64))], complete=False)
+    deleted = feature_cache.delete_incomplete(str(tmp_path))
+    assert deleted == [f'{spec.directory(str(tmp_path))}/g2']
+    assert feature_cache.generations(spec.directory(str(tmp_path))) == ([f'{spec.directory(str(tmp_path))}/g1'], [])
+    assert feature_cache.delete_incomplete(str(tmp_path / 'missing')) == []
+
+
+def test_join_attaches_cached_features_by_exact_text(tmp_path):
+    embedding = CacheSpec('embedding', {'model': 'x'})
+    entities = CacheSpec('entities', {'model': 'y'})
+    vector = np.arange(3, dtype=np.float32)
+    write_generation(tmp_path, embedding, 'g1', [(text_key('cached text'), vector)])
+    run = CacheRun.open(str(tmp_path), [embedding, entities], 'g2')  # no entities cached yet
+    chunks = [chunk('a', 0, 'cached text'), chunk('b', 3, 'cached text'), chunk('a', 1, 'new text')]
+
+    def summary(c):
+        return c.chunk_id, None if c.embedding is None else c.embedding.tolist(), c.entities
+
+    with TestPipeline() as p:
+        out = p | beam.Create(chunks) | feature_cache.JoinCachedFeatures(run)
+        assert_that(out | beam.Map(summary), equal_to([
+            ('a#0', [0.0, 1.0, 2.0], None), ('b#3', [0.0, 1.0, 2.0], None), ('a#1', None, None)]))

@@ -1,0 +1,275 @@
+"""A cache of per-chunk features keyed by exact text, so a rebuild computes only what is new.
+
+Layout under a cache root (local or any Beam filesystem):
+
+    ROOT/<feature>/<settings_id>/settings.json               what the values depend on
+    ROOT/<feature>/<settings_id>/<generation>/entries.parquet  text_key -> value
+    ROOT/<feature>/<settings_id>/<generation>/COMPLETE       written after the run succeeded
+
+`settings_id` hashes everything besides the text that determines a value
+(model weights and versions, labels, MinHash parameters), so a changed
+setting selects a new, empty directory instead of serving stale values. A
+generation is a snapshot: the entries of every chunk of one successful run.
+Reads take the newest complete generation and, once a newer one is complete,
+the older ones are deleted, so the cache holds one corpus' worth of entries
+and those of deleted text go away with the next run. A generation without
+COMPLETE (a killed run) is never read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+from typing import Iterable, Iterator, Mapping, Optional
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms.text import text_key
+from transforms.types import Chunk
+from transforms.write import delete_trees, write_bytes, write_json, write_table
+
+FEATURES = ('embedding', 'entities', 'minhash')
+VALUE_TYPES = {
+    'embedding': pa.list_(pa.float32()),
+    'entities': pa.list_(pa.string()),
+    'minhash': pa.list_(pa.uint64()),
+}
+ENTRIES_FILE = 'entries.parquet'
+COMPLETE_FILE = 'COMPLETE'
+SETTINGS_FILE = 'settings.json'
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSpec:
+    """One feature's cache: the feature and what its values depend on besides the text.
+
+    Attributes:
+      feature: One of FEATURES.
+      settings: JSON-able description of the model and parameters; equal
+        settings must mean equal values for equal texts.
+    """
+
+    feature: str
+    settings: Mapping
+
+    def __post_init__(self):
+        if self.feature not in FEATURES:
+            raise ValueError(f'unknown cached feature {self.feature!r}; one of {FEATURES}')
+
+    @property
+    def settings_id(self) -> str:
+        canonical = json.dumps(self.settings, sort_keys=True, separators=(',', ':'))
+        return hashlib.blake2b(canonical.encode('utf-8'), digest_size=8).hexdigest()
+
+    def directory(self, root: str) -> str:
+        return posixpath.join(root, self.feature, self.settings_id)
+
+
+def chunk_value(feature: str, chunk: Chunk):
+    """The chunk's value of `feature`, None when not computed."""
+    return getattr(chunk, feature)
+
+
+def with_value(feature: str, chunk: Chunk, value) -> Chunk:
+    """The chunk with `feature` set to a value read back from the cache."""
+    if feature == 'embedding':
+        value = np.asarray(value, dtype=np.float32)
+    elif feature == 'minhash':
+        value = np.asarray(value, dtype=np.uint64)
+    else:
+        value = tuple(value)
+    return dataclasses.replace(chunk, **{feature: value})
+
+
+def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
+    """Cache entries as a table sorted by key, one row per key (equal keys hold equal values)."""
+    unique = dict(sorted(entries, key=lambda e: e[0]))
+    values = list(unique.values())
+    if feature in ('embedding', 'minhash'):
+        values = [np.asarray(v) for v in values]
+    else:
+        values = [list(v) for v in values]
+    schema = pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
+    return pa.table({'key': list(unique), 'value': values}, schema=schema)
+
+
+def table_entries(table: pa.Table) -> Iterator[tuple[str, object]]:
+    """`(key, value)` pairs of an entries table; lists stay lists (see `with_value`)."""
+    yield from zip(table.column('key').to_pylist(), table.column('value').to_pylist())
+
+
+def _files(pattern: str) -> list[tuple[str, float]]:
+    return [(m.path, m.last_updated_in_seconds) for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+def split_generations(files: Iterable[tuple[str, float]]) -> tuple[list[str], list[str]]:
+    """Groups `(path, mtime)` of files `.../<generation>/<name>` into generation dirs.
+
+    Returns:
+      `(complete, incomplete)`: complete ones oldest first by the time their
+      COMPLETE marker was written (run ids need not sort), incomplete ones by name.
+    """
+    names: dict[str, set[str]] = {}
+    completed_at: dict[str, float] = {}
+    for path, mtime in files:
+        generation, name = posixpath.split(path)
+        names.setdefault(generation, set()).add(name)
+        if name == COMPLETE_FILE:
+            completed_at[generation] = mtime
+    complete = sorted(completed_at, key=lambda g: (completed_at[g], g))
+    return complete, sorted(set(names) - set(complete))
+
+
+def generations(directory: str) -> tuple[list[str], list[str]]:
+    """The `(complete, incomplete)` generation dirs of one settings directory."""
+    return split_generations(_files(posixpath.join(directory, '*', '*')))
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheRun:
+    """What one run reads from and writes to a feature cache.
+
+    Attributes:
+      root: The cache root.
+      specs: One spec per feature the run computes.
+      generation: Name of the generation this run writes (its run id).
+      read_from: Per feature, the entries file of the newest complete
+        generation, or None when there is none yet.
+    """
+
+    root: str
+    specs: tuple[CacheSpec, ...]
+    generation: str
+    read_from: Mapping[str, Optional[str]]
+
+    @classmethod
+    def open(cls, root: str, specs: Iterable[CacheSpec], generation: str) -> 'CacheRun':
+        """Finds the newest complete generation of each spec's directory."""
+        specs = tuple(specs)
+        read_from = {}
+        for spec in specs:
+            complete, _ = generations(spec.directory(root))
+            read_from[spec.feature] = posixpath.join(complete[-1], ENTRIES_FILE) if complete else None
+        return cls(root.rstrip('/'), specs, generation, read_from)
+
+    def entries_path(self, spec: CacheSpec) -> str:
+        return posixpath.join(spec.directory(self.root), self.generation, ENTRIES_FILE)
+
+    def commit(self) -> None:
+        """Marks this run's generations complete; call only after the pipeline succeeded."""
+        for spec in self.specs:
+            directory = spec.directory(self.root)
+            write_json(posixpath.join(directory, SETTINGS_FILE), dict(spec.settings))
+            write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), b'')
+
+    def prune(self) -> None:
+        """Deletes every generation of this run's settings but the one it wrote."""
+        for spec in self.specs:
+            complete, incomplete = generations(spec.directory(self.root))
+            old = [g for g in complete + incomplete if posixpath.basename(g) != self.generation]
+            delete_trees(old)
+
+
+def delete_incomplete(root: str) -> list[str]:
+    """Deletes the generations killed runs left anywhere under `root`; returns them.
+
+    Only safe while no other run writes to the cache (see `snapshots.lock`).
+    """
+    _, incomplete = split_generations(_files(posixpath.join(root, '*', '*', '*', '*')))
+    delete_trees(incomplete)
+    return incomplete
+
+
+class _AttachCachedFn(beam.DoFn):
+    def __init__(self, features: tuple[str, ...]):
+        self._features = features
+        self._hits = {f: Metrics.counter('cache', f'{f}_hits') for f in features}
+        self._misses = {f: Metrics.counter('cache', f'{f}_misses') for f in features}
+
+    def process(self, element) -> Iterable[Chunk]:
+        _, groups = element
+        cached = {f: next(iter(groups[f]), None) for f in self._features}
+        for chunk in groups['chunks']:
+            for feature, value in cached.items():
+                if value is None:
+                    self._misses[feature].inc()
+                else:
+                    self._hits[feature].inc()
+                    chunk = with_value(feature, chunk, value)
+            yield chunk
+
+
+def _keyed(chunk: Chunk) -> tuple[str, Chunk]:
+    return text_key(chunk.text), chunk
+
+
+class JoinCachedFeatures(beam.PTransform):
+    """PCollection[Chunk] -> PCollection[Chunk] with every cached feature set.
+
+    A keyed join (CoGroupByKey on the text key) of the chunks with each
+    feature's newest complete generation; the cache is never a side input.
+    Features not in the cache stay None for the compute stages to fill.
+    Counters `cache.<feature>_hits` / `_misses` count chunks.
+    """
+
+    def __init__(self, cache: CacheRun):
+        super().__init__()
+        self._cache = cache
+
+    def expand(self, chunks):
+        features = tuple(s.feature for s in self._cache.specs)
+        inputs = {'chunks': chunks | 'KeyByText' >> beam.Map(_keyed)}
+        for feature in features:
+            path = self._cache.read_from[feature]
+            if path is None:
+                entries = chunks.pipeline | f'No{feature.title()}Cache' >> beam.Create([])
+            else:
+                entries = (
+                    chunks.pipeline
+                    | f'Read{feature.title()}Cache' >> beam.io.ReadFromParquetBatched(path)
+                    | f'{feature.title()}Entries' >> beam.FlatMap(table_entries)
+                )
+            inputs[feature] = entries
+        return (
+            inputs
+            | 'JoinOnTextKey' >> beam.CoGroupByKey()
+            | 'AttachCached' >> beam.ParDo(_AttachCachedFn(features))
+        )
+
+
+def _entry(chunk: Chunk, feature: str) -> tuple[str, object]:
+    return text_key(chunk.text), chunk_value(feature, chunk)
+
+
+def _write_entries(entries: list, feature: str, path: str) -> None:
+    write_table(entries_table(feature, entries), path)
+
+
+class WriteFeatureCache(beam.PTransform):
+    """PCollection[Chunk] (features computed) -> this run's generation of each cached feature.
+
+    Entries are gathered and written as one sorted file per feature, like the
+    other outputs; the generation counts only once `CacheRun.commit` marks it.
+    """
+
+    def __init__(self, cache: CacheRun):
+        super().__init__()
+        self._cache = cache
+
+    def expand(self, chunks):
+        for spec in self._cache.specs:
+            name = spec.feature.title()
+            _ = (
+                chunks
+                | f'{name}CacheEntries' >> beam.Map(_entry, spec.feature)
+                | f'Gather{name}Entries' >> beam.combiners.ToList()
+                | f'Write{name}Cache'
+                >> beam.Map(_write_entries, spec.feature, self._cache.entries_path(spec))
+            )
+        return chunks.pipeline
