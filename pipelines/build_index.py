@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -13,21 +14,26 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms import dedup, read, write
+from pipelines import changes, snapshots
+from transforms import dedup, feature_cache, read, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
-from transforms.embedding import EmbedChunks, EmbeddingConfig
+from transforms.embedding import LENGTH_BUCKET, EmbedChunks, EmbeddingConfig
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
+from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, model_fingerprint
 
 LOG = logging.getLogger('ragsieve.build')
 
 FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
 ALL_LABELS = 'all'
+NO_CACHE = 'none'
+# Written next to manifest.json: what changed since the previous build.
+DIFF_FILE = 'diff.json'
 
 
 class BuildIndexOptions(PipelineOptions):
@@ -96,6 +102,19 @@ class BuildIndexOptions(PipelineOptions):
                             help='Warn when an intra_doc boost lifts a salience above this.')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
                             help='Documents longer than this are rejected as too_large.')
+        parser.add_argument('--versioned', action='store_true', default=False,
+                            help='Treat --output as a versioned root: write the run to '
+                                 'OUTPUT/runs/<run_id>/, then point OUTPUT/LATEST at it.')
+        parser.add_argument('--run_id', type=str, default=None,
+                            help='Name of this run under OUTPUT/runs/ (with --versioned), '
+                                 'e.g. the scheduler\'s date; default: the UTC start time.')
+        parser.add_argument('--keep_runs', type=int, default=7,
+                            help='Complete runs kept under OUTPUT/runs/ (with --versioned); '
+                                 'the one LATEST names is never deleted.')
+        parser.add_argument('--cache', type=str, default=None,
+                            help='Root of the per-chunk feature cache (embeddings, entities, '
+                                 'MinHash), any Beam filesystem; default: OUTPUT/cache with '
+                                 f'--versioned, none otherwise; "{NO_CACHE}" turns it off.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +127,20 @@ class BuildConfig:
     embedding: EmbeddingConfig
     filters: dedup.FilterConfig = dedup.FilterConfig()
     max_doc_chars: int = read.DEFAULT_MAX_DOC_CHARS
+    versioned: bool = False
+    run_id: Optional[str] = None
+    keep_runs: int = 7
+    cache: Optional[str] = None
 
     def __post_init__(self):
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
+        if self.keep_runs < 1:
+            raise ValueError(f'--keep_runs must be >= 1, got {self.keep_runs}')
+        if self.run_id is not None:
+            if not self.versioned:
+                raise ValueError('--run_id needs --versioned')
+            snapshots.check_run_id(self.run_id)
 
     @classmethod
     def from_options(cls, options: BuildIndexOptions) -> 'BuildConfig':
@@ -123,13 +152,21 @@ class BuildConfig:
         for flag in ('input', 'output'):
             if not getattr(options, flag):
                 raise ValueError(f'--{flag} is required (as a flag or in --config)')
+        output = options.output.rstrip('/')
+        cache = options.cache
+        if cache is None and options.versioned:
+            cache = posixpath.join(output, snapshots.CACHE_DIR)
         return cls(
             input=options.input,
-            output=options.output.rstrip('/'),
+            output=output,
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
             embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
+            versioned=options.versioned,
+            run_id=options.run_id,
+            keep_runs=options.keep_runs,
+            cache=None if cache in (None, NO_CACHE) else cache.rstrip('/'),
         )
 
 
@@ -176,10 +213,13 @@ def config_flags(path: str) -> list[str]:
         raise ValueError(f'--config {path} must hold a mapping of settings')
     flags = []
     for key, value in values.items():
+        if isinstance(value, bool):
+            # On/off flags take no value: `versioned: true` is `--versioned`.
+            if value:
+                flags.append(f'--{key}')
+            continue
         if isinstance(value, (list, tuple)):
             value = ','.join(str(v) for v in value)
-        elif isinstance(value, bool):
-            value = str(value).lower()
         flags.append(f'--{key}={value}')
     return flags
 
@@ -196,7 +236,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
 
 
 def build_pipeline(
-    p: beam.Pipeline, config: BuildConfig, output: str, dim: int, model: Optional[SharedModel] = None
+    p: beam.Pipeline,
+    config: BuildConfig,
+    output: str,
+    dim: int,
+    model: Optional[SharedModel] = None,
+    cache: Optional[feature_cache.CacheRun] = None,
 ) -> dict:
     """Adds the build stages to `p`, writing under `output`.
 
@@ -207,6 +252,8 @@ def build_pipeline(
       dim: Embedding dimension (for an empty index).
       model: Handle of the embedding model; a new one by default. Passing the
         handle the launcher already loaded lets an in-process runner reuse it.
+      cache: The feature cache to read and to write this run's generation
+        to; per-chunk features are computed only for chunks it misses.
 
     Returns:
       The PCollections 'documents', 'rejected', 'chunks' (embedded, with
@@ -214,15 +261,21 @@ def build_pipeline(
     """
     model = model or SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars)
+    chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
+        model, config.chunker, config.embedding.batch_size)
+    if cache:
+        chunks = chunks | 'JoinCachedFeatures' >> feature_cache.JoinCachedFeatures(cache)
     chunks = (
-        inputs['documents']
-        | 'ChunkDocuments' >> ChunkDocuments(model, config.chunker, config.embedding.batch_size)
+        chunks
         | 'EmbedChunks' >> EmbedChunks(model, config.embedding)
         | 'ComputeFeatures' >> ComputeFeatures(config.filters)
     )
+    if cache:
+        _ = chunks | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache)
     filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters)
     _ = {
-        'chunks': filtered['kept'], 'rejected': inputs['rejected'], 'dropped': filtered['dropped']
+        'chunks': filtered['kept'], 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
+        'documents': inputs['documents'],
     } | 'WriteIndex' >> write.WriteIndex(output, dim)
     return {
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
@@ -243,14 +296,17 @@ def check_model(config: BuildConfig, model) -> tuple[int, int]:
     return model.get_embedding_dimension(), model.max_seq_length
 
 
-def check_ner(config: dedup.FilterConfig) -> None:
+def check_ner(config: dedup.FilterConfig) -> Optional[dict]:
     """Loads the spaCy model on the launcher when a filter needs entities.
+
+    Returns:
+      The model's meta.json (name, version, ...), or None when no filter needs entities.
 
     Raises:
       ValueError: If the model cannot be loaded or a label is one it never predicts.
     """
     if not config.needs_entities:
-        return
+        return None
     from transforms.entities import load_ner
 
     nlp = load_ner(config.spacy_model)
@@ -260,46 +316,175 @@ def check_ner(config: dedup.FilterConfig) -> None:
             raise ValueError(
                 f'--entity_labels {sorted(unknown)} are not predicted by {config.spacy_model!r} '
                 f'(it predicts {sorted(nlp.get_pipe("ner").labels)})')
+    return dict(nlp.meta)
+
+
+def cache_specs(config: BuildConfig, model, ner_meta: Optional[dict]) -> list[feature_cache.CacheSpec]:
+    """What each per-chunk feature depends on besides its text, one cache per feature.
+
+    The `scheme` entries name how ragsieve turns text into the value; change
+    them with that code so old entries stop matching.
+    """
+    versions = package_versions()
+    specs = [feature_cache.CacheSpec('embedding', {
+        'model': config.embedding.model,
+        'weights': model_fingerprint(model),
+        'max_seq_length': model.max_seq_length,
+        'device': config.embedding.device,
+        'scheme': f'bucket-padding-{LENGTH_BUCKET}',
+        **{name: versions[name] for name in ('torch', 'transformers', 'sentence-transformers')},
+    })]
+    filters = config.filters
+    if filters.needs_minhash:
+        minhash = filters.minhash_config()
+        specs.append(feature_cache.CacheSpec('minhash', {
+            'num_perm': minhash.num_perm,
+            'shingle_size': minhash.shingle_size,
+            'seed': minhash.seed,
+            'scheme': 'normalized-word-shingles',
+            'datasketch': versions['datasketch'],
+        }))
+    if filters.needs_entities:
+        specs.append(feature_cache.CacheSpec('entities', {
+            'model': filters.spacy_model,
+            'model_name': ner_meta.get('name'),
+            'model_version': ner_meta.get('version'),
+            'labels': None if filters.entity_labels is None else sorted(filters.entity_labels),
+            'scheme': 'label-normalized-text',
+            'spacy': versions['spacy'],
+        }))
+    return specs
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where one run writes, and the build it is compared with.
+
+    Attributes:
+      run_id: This run's id (also its cache generation).
+      directory: Where the pipeline writes: `runs/<run_id>/` of a versioned
+        root, else a staging sibling of --output.
+      previous: Directory of the build this one replaces, or None.
+      previous_run_id: That build's run id, when it had one.
+    """
+
+    run_id: str
+    directory: str
+    previous: Optional[str]
+    previous_run_id: Optional[str]
+
+
+def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
+    """Picks this run's directory and deletes what killed runs left behind.
+
+    Call with the lock held (see `snapshots.lock`).
+
+    Returns:
+      The target and the deleted leftovers.
+
+    Raises:
+      ValueError: If the output cannot be replaced or the run id is taken.
+    """
+    debris = feature_cache.delete_incomplete(config.cache) if config.cache else []
+    if not config.versioned:
+        write.check_replaceable(config.output)
+        has_build = FileSystems.exists(posixpath.join(config.output, write.MANIFEST_FILE))
+        previous = config.output if has_build else None
+        return Target(snapshots.new_run_id(), write.staging_path(config.output), previous, None), debris
+    debris += snapshots.clean_debris(config.output)
+    run_id = config.run_id or snapshots.new_run_id()
+    directory = snapshots.run_dir(config.output, run_id)
+    if FileSystems.exists(posixpath.join(directory, write.MANIFEST_FILE)):
+        raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
+    previous_run_id = snapshots.read_latest(config.output)
+    previous = snapshots.resolve_index(config.output) if previous_run_id else None
+    return Target(run_id, directory, previous, previous_run_id), debris
+
+
+def change_report(target: Target, manifest: dict) -> dict:
+    """The run's diff.json: changes against the build it replaces, and cache use."""
+    previous = changes.load_state(target.previous) if target.previous else None
+    report = changes.diff_states(previous, changes.load_state(target.directory))
+    report['previous_run'] = target.previous_run_id or target.previous
+    report['run_id'] = target.run_id
+    report['cache'] = manifest['cache']['features'] if manifest['cache'] else None
+    return report
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:
-    """Runs the build job and publishes its output; returns the manifest."""
+    """Runs the build job and publishes its output; returns the manifest.
+
+    A versioned run writes `runs/<run_id>/`, manifest.json last, then commits
+    its cache generation, points LATEST at it and prunes old runs; a plain
+    run writes a staging directory and renames it over --output. Either way a
+    run killed before the end leaves the published index as it was.
+    """
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
     LOG.setLevel(logging.INFO)
     options = parse_args(argv)
     config = BuildConfig.from_options(options.view_as(BuildIndexOptions))
-    write.check_replaceable(config.output)
     handle = SharedModel(config.embedding.model, config.embedding.device)
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
-    check_ner(config.filters)
-    staging = write.staging_path(config.output)
-    started = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, staging, dim, handle)
-    result = pipeline.run()
-    result.wait_until_finish()
-    manifest = make_manifest(config, result, staging, dim, max_seq_length, time.perf_counter() - started)
-    log_filters(manifest)
-    write.write_json(posixpath.join(staging, write.MANIFEST_FILE), manifest)
-    write.publish(staging, config.output)
-    print(summary(manifest, config.output))
+    ner_meta = check_ner(config.filters)
+    locked = sorted(({config.output} if config.versioned else set()) | ({config.cache} if config.cache else set()))
+    with contextlib.ExitStack() as stack:
+        for root in locked:
+            stack.enter_context(snapshots.lock(root))
+        target, debris = prepare_target(config)
+        if debris:
+            LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
+        cache = None
+        if config.cache:
+            cache = feature_cache.CacheRun.open(config.cache, cache_specs(config, model, ner_meta), target.run_id)
+        write.checkpoint('before_pipeline')
+        started = time.perf_counter()
+        pipeline = beam.Pipeline(options=options)
+        build_pipeline(pipeline, config, target.directory, dim, handle, cache)
+        result = pipeline.run()
+        result.wait_until_finish()
+        write.checkpoint('after_pipeline')
+        manifest = make_manifest(
+            config, result, target, cache, dim, max_seq_length, time.perf_counter() - started)
+        log_filters(manifest)
+        report = change_report(target, manifest)
+        LOG.info(changes.summary_line(report))
+        write.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+        # Last file of a run: its presence is what makes the run complete.
+        write.write_json(posixpath.join(target.directory, write.MANIFEST_FILE), manifest)
+        write.checkpoint('after_manifest')
+        if cache:
+            cache.commit()
+            write.checkpoint('after_cache_commit')
+        if config.versioned:
+            snapshots.write_latest(config.output, target.run_id)
+            write.checkpoint('after_latest')
+            pruned = snapshots.prune_runs(config.output, config.keep_runs)
+            if pruned:
+                LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
+        else:
+            write.publish(target.directory, config.output)
+        if cache:
+            cache.prune()
+    print(summary(manifest, config, target))
     return manifest
 
 
-def summary(manifest: dict, output: str) -> str:
+def summary(manifest: dict, config: BuildConfig, target: Target) -> str:
     """A few lines for the terminal: what went in, what came out, where."""
     counts = manifest['counts']
     dropped = ', '.join(f'{n} {r}' for r, n in counts['dropped_by_reason'].items()) or 'none'
     rejected = ', '.join(f'{n} {r}' for r, n in counts['rejected_by_reason'].items()) or 'none'
+    where = (f'{target.directory}/ (LATEST)' if config.versioned else f'{config.output}/')
     return (
         f"ragsieve build: {counts['files']} files, {counts['documents_read']} documents read, "
         f"{counts['rejected']} rejected ({rejected})\n"
         f"  {counts['documents_indexed']} documents -> {counts['chunks_before_filters']} chunks "
         f"-> {counts['chunks']} kept, {counts['dropped']} dropped ({dropped}) "
-        f"in {manifest['seconds']['wall']:.1f} s\n"
-        f"  published to {output}/ (chunks/, dropped/, rejected/, index/, bm25/, manifest.json)"
+        f"in {manifest['seconds']['wall']:.1f} s; {counts['chunks_embedded']} chunks embedded\n"
+        f"  published to {where} (chunks/, dropped/, rejected/, documents/, index/, bm25/, "
+        f"manifest.json, {DIFF_FILE})"
     )
 
 
@@ -317,13 +502,13 @@ def log_filters(manifest: dict) -> None:
                     warnings['salience_lifted'], manifest['config']['filters']['warn_salience'])
 
 
-def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) -> dict:
-    """The run's resolved config, versions, counts and time per stage."""
+def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wall_seconds) -> dict:
+    """The run's resolved config, versions, counts, cache use and time per stage."""
     import pyarrow.parquet as pq
     from apache_beam.io.filesystems import FileSystems
 
     def table(*parts):
-        with FileSystems.open(posixpath.join(staging, *parts)) as f:
+        with FileSystems.open(posixpath.join(target.directory, *parts)) as f:
             return pq.read_table(f)
 
     kept_docs = table(write.CHUNKS_DIR, write.PART_NAME).column('doc_id').to_pylist()
@@ -349,7 +534,21 @@ def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) ->
     salience_lifted = sum(
         counters.get(f'{counter_namespace(i, s.name)}.salience_warnings', 0)
         for i, s in enumerate(config.filters.specs))
+    cache_use = None
+    if cache:
+        cache_use = {
+            'root': cache.root,
+            'features': {
+                s.feature: {
+                    'settings_id': s.settings_id,
+                    'hits': counters.get(f'cache.{s.feature}_hits', 0),
+                    'misses': counters.get(f'cache.{s.feature}_misses', 0),
+                }
+                for s in cache.specs
+            },
+        }
     return {
+        'run_id': target.run_id,
         'config': resolved,
         'model': {'name': config.embedding.model, 'dim': dim, 'max_seq_length': max_seq_length},
         'versions': package_versions(),
@@ -360,11 +559,13 @@ def make_manifest(config, result, staging, dim, max_seq_length, wall_seconds) ->
             'rejected': len(rejected),
             'rejected_by_reason': {r: rejected.count(r) for r in sorted(set(rejected))},
             'chunks_before_filters': counters.get('embed.chunks', 0),
+            'chunks_embedded': counters.get('embed.computed', 0),
             'chunks': len(kept_docs),
             'dropped': len(dropped),
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
         'filters': filters,
+        'cache': cache_use,
         'warnings': {
             'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),
             'salience_lifted': salience_lifted,

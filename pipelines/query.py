@@ -39,6 +39,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from pipelines import snapshots
 from transforms import retrieval, write
 from transforms.embedding import embed_texts
 from transforms.models import load_embedding_model, resolve_model_path
@@ -148,7 +149,7 @@ class Retriever:
     """Answers many queries over one index; loads everything once.
 
     Args:
-      index: Directory of a built index (local).
+      index: Directory of a built index, or a versioned root (its LATEST run); local.
       config: Ranking settings.
       model: An already loaded sentence-transformers model; by default the
         index's own model is loaded.
@@ -173,6 +174,10 @@ class Retriever:
         import pyarrow.parquet as pq
 
         self.config = config
+        # A versioned root is read through its LATEST pointer, once: a rebuild
+        # publishing meanwhile does not change what this Retriever serves.
+        index = snapshots.resolve_index(index)
+        self.index = index
         manifest = check_index_dir(index)
         built_name, built_dim = index_model(manifest)
         if model_name is not None and resolve_model_path(model_name) != resolve_model_path(built_name):
@@ -288,7 +293,8 @@ def parser() -> argparse.ArgumentParser:
     defaults = retrieval.RetrievalConfig()
     p = argparse.ArgumentParser(prog='ragsieve query', description='Query a built ragsieve index.')
     p.add_argument('question', type=str, help='The question to retrieve chunks for.')
-    p.add_argument('--index', type=str, required=True, help='Directory of a built index (local).')
+    p.add_argument('--index', type=str, required=True, help='Directory of a built index, or a versioned root (--versioned '
+                        'builds), whose LATEST run is used (local).')
     p.add_argument('--k', type=int, default=5, help='Number of chunks to return.')
     p.add_argument('--json', action='store_true', help='Print the results as one JSON list on stdout.')
     p.add_argument('--verbose', action='store_true',

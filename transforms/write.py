@@ -13,9 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.types import Chunk, Dropped, Rejected
+from transforms.text import text_key
+from transforms.types import Chunk, Document, Dropped, Rejected
 
 CHUNKS_DIR = 'chunks'
+# One row per indexed document, so a later build can tell what changed.
+DOCUMENTS_DIR = 'documents'
 REJECTED_DIR = 'rejected'
 DROPPED_DIR = 'dropped'
 INDEX_DIR = 'index'
@@ -24,6 +27,9 @@ IDS_FILE = 'ids.parquet'
 # BM25 over the kept chunk texts (bm25s files), row i = chunks row i; absent when no chunk is kept.
 BM25_DIR = 'bm25'
 MANIFEST_FILE = 'manifest.json'
+# Test seam: a build whose environment names one of its checkpoints kills
+# itself there with SIGKILL, exactly like `kill -9` at that point.
+KILL_AT_ENV = 'RAGSIEVE_KILL_AT'
 # One part per table for now: the FAISS index needs every vector in one place anyway.
 PART_NAME = 'part-00000-of-00001.parquet'
 
@@ -61,6 +67,9 @@ DROPPED_SCHEMA = pa.schema(
     ]
 )
 IDS_SCHEMA = pa.schema([('chunk_id', pa.string())])
+DOCUMENT_SCHEMA = pa.schema(
+    [('doc_id', pa.string()), ('source', pa.string()), ('chars', pa.int64()), ('text_key', pa.string())]
+)
 
 
 def sorted_chunks(chunks: Iterable[Chunk]) -> list[Chunk]:
@@ -109,6 +118,16 @@ def dropped_table(dropped: Iterable[Dropped]) -> pa.Table:
     )
 
 
+def documents_table(documents: Iterable[Document]) -> pa.Table:
+    """Indexed documents sorted by doc_id, in DOCUMENT_SCHEMA (text_key: hash of the exact text)."""
+    rows = sorted(documents, key=lambda d: d.doc_id)
+    return pa.Table.from_pylist(
+        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text)}
+         for d in rows],
+        schema=DOCUMENT_SCHEMA,
+    )
+
+
 def write_table(table: pa.Table, path: str) -> None:
     """Writes a Parquet file to any Beam filesystem, without timestamps in it."""
     buffer = io.BytesIO()
@@ -144,6 +163,7 @@ def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
 
     chunks = sorted_chunks(chunks)
     write_table(chunks_table(chunks), posixpath.join(output, CHUNKS_DIR, PART_NAME))
+    checkpoint('chunks_written')
     vectors = np.stack([c.embedding for c in chunks]) if chunks else np.zeros((0, dim), np.float32)
     index = build_faiss_index(vectors, dim)
     write_bytes(posixpath.join(output, INDEX_DIR, INDEX_FILE), faiss.serialize_index(index).tobytes())
@@ -157,17 +177,18 @@ def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
 
 
 def write_json(path: str, value) -> None:
-    """Writes indented, key-sorted JSON to any Beam filesystem."""
-    write_bytes(path, (json.dumps(value, indent=2, sort_keys=True) + '\n').encode('utf-8'))
+    """Writes indented, key-sorted JSON to any Beam filesystem, atomically (see `write_atomic`)."""
+    write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + '\n').encode('utf-8'))
 
 
 class WriteIndex(beam.PTransform):
-    """Writes chunks/, index/, rejected/ and dropped/ under `output`; returns nothing useful.
+    """Writes chunks/, index/, bm25/, rejected/, dropped/ and documents/ under `output`.
 
     Input: a dict with 'chunks' (PCollection[Chunk] with embeddings: the kept
     chunks), 'rejected' (PCollection[Rejected]) and optionally 'dropped'
-    (PCollection[Dropped]; dropped/ is written, empty, whenever the key is
-    present). Each table is gathered on one worker and sorted before
+    (PCollection[Dropped]) and 'documents' (PCollection[Document]); each
+    optional table is written, possibly empty, whenever its key is present.
+    Returns nothing useful. Each table is gathered on one worker and sorted before
     writing, so the bytes do not depend on the runner.
     """
 
@@ -190,6 +211,14 @@ class WriteIndex(beam.PTransform):
             >> beam.Map(write_table, posixpath.join(self._output, REJECTED_DIR, PART_NAME))
         )
         outputs = {'chunks': chunks, 'rejected': rejected}
+        if 'documents' in pcolls:
+            outputs['documents'] = (
+                pcolls['documents']
+                | 'GatherDocuments' >> beam.combiners.ToList()
+                | 'ToDocumentsTable' >> beam.Map(documents_table)
+                | 'WriteDocuments'
+                >> beam.Map(write_table, posixpath.join(self._output, DOCUMENTS_DIR, PART_NAME))
+            )
         if 'dropped' in pcolls:
             outputs['dropped'] = (
                 pcolls['dropped']
@@ -250,3 +279,42 @@ def publish(staging: str, output: str) -> None:
     sources = sorted(m.path for m in FileSystems.match([staging + '/**'])[0].metadata_list)
     FileSystems.rename(sources, [output.rstrip('/') + s[len(staging) :] for s in sources])
     FileSystems.delete([staging])
+
+
+def delete_trees(paths: Iterable[str]) -> None:
+    """Deletes directories with everything under them, on any Beam filesystem."""
+    paths = list(paths)
+    if not paths:
+        return
+    # Object stores delete a "directory" as the prefix `dir/`; the local filesystem wants `dir`.
+    FileSystems.delete([p.rstrip('/') + '/' if '://' in p else p.rstrip('/') for p in paths])
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes a whole file so that readers see the old content or the new, never a part.
+
+    Locally a temporary sibling is renamed over `path`; object stores
+    (gs://, s3://) publish an object only when its upload completes.
+    """
+    if '://' in path:
+        write_bytes(path, data)
+        return
+    import os
+
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    temporary = f'{path}.tmp-{os.getpid()}'
+    with open(temporary, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+def checkpoint(name: str) -> None:
+    """Kills this process with SIGKILL when the environment names this point (tests only)."""
+    import os
+
+    if os.environ.get(KILL_AT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
