@@ -21,11 +21,11 @@ from pipelines import changes, snapshots
 from transforms import dedup, feature_cache, read, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
-from transforms.embedding import LENGTH_BUCKET, EmbedChunks, EmbeddingConfig
+from transforms.embedding import EmbedChunks, EmbeddingConfig
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, model_fingerprint
+from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -320,39 +320,15 @@ def check_ner(config: dedup.FilterConfig) -> Optional[dict]:
 
 
 def cache_specs(config: BuildConfig, model, ner_meta: Optional[dict]) -> list[feature_cache.CacheSpec]:
-    """What each per-chunk feature depends on besides its text, one cache per feature.
-
-    The `scheme` entries name how ragsieve turns text into the value; change
-    them with that code so old entries stop matching.
-    """
-    versions = package_versions()
-    specs = [feature_cache.CacheSpec('embedding', {
-        'model': config.embedding.model,
-        'weights': model_fingerprint(model),
-        'max_seq_length': model.max_seq_length,
-        'device': config.embedding.device,
-        'scheme': f'bucket-padding-{LENGTH_BUCKET}',
-        **{name: versions[name] for name in ('torch', 'transformers', 'sentence-transformers')},
-    })]
+    """One cache per per-chunk feature the run computes (see `transforms.feature_cache`)."""
     filters = config.filters
+    specs = [feature_cache.CacheSpec('embedding', feature_cache.embedding_settings(
+        config.embedding.model, model, config.embedding.device))]
     if filters.needs_minhash:
-        minhash = filters.minhash_config()
-        specs.append(feature_cache.CacheSpec('minhash', {
-            'num_perm': minhash.num_perm,
-            'shingle_size': minhash.shingle_size,
-            'seed': minhash.seed,
-            'scheme': 'normalized-word-shingles',
-            'datasketch': versions['datasketch'],
-        }))
+        specs.append(feature_cache.CacheSpec('minhash', feature_cache.minhash_settings(filters.minhash_config())))
     if filters.needs_entities:
-        specs.append(feature_cache.CacheSpec('entities', {
-            'model': filters.spacy_model,
-            'model_name': ner_meta.get('name'),
-            'model_version': ner_meta.get('version'),
-            'labels': None if filters.entity_labels is None else sorted(filters.entity_labels),
-            'scheme': 'label-normalized-text',
-            'spacy': versions['spacy'],
-        }))
+        specs.append(feature_cache.CacheSpec('entities', feature_cache.entity_settings(
+            filters.spacy_model, ner_meta, filters.entity_labels)))
     return specs
 
 

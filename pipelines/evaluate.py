@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,21 +33,29 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms import dedup, metrics, retrieval
+from pipelines import snapshots
+from transforms import dedup, feature_cache, metrics, retrieval
 from transforms.chunk_documents import document_chunks
 from transforms.chunking import CHUNKERS, ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.datasets import CHROMA, DATASETS, Question, read_dataset, sample_questions
 from transforms.embedding import embed_texts
-from transforms.entities import extract_entities, load_ner
+from transforms.entities import extract_entities, load_ner, model_meta
 from transforms.minhash import signatures
 from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 from transforms.semantic_chunking import semantic_spans
+from transforms.text import text_key
 from transforms.types import Chunk, Document
 
 LOG = logging.getLogger('ragsieve.evaluate')
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHROMA_DATA = REPO_ROOT.parent / 'shared' / 'data' / 'chroma'
+NO_CACHE = 'none'
+
+
+def default_cache() -> Path:
+    """Where a grid run keeps embeddings and entities for the next: the user's cache folder."""
+    return Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'ragsieve' / 'evaluate'
 
 # The study's grid (Section 3.3 and Tables 1-10).
 DEFAULT_CHUNKERS = (
@@ -194,6 +204,8 @@ class EvaluateConfig:
       embedding_model: sentence-transformers model name or path.
       lemma_model: spaCy package for the `preprocessed` lemmas.
       progress: Show a progress bar.
+      cache: Root of a feature cache (embeddings, entities) kept between
+        runs, or None for none.
       retrieval: `dense` (the study's protocol: exact top-k by cosine) or
         `hybrid` (the query job's ranking: dense + BM25 + salience + recency
         fused by RRF, then cross-document dedup; see transforms/retrieval.py).
@@ -213,6 +225,7 @@ class EvaluateConfig:
     lemma_model: str = metrics.DEFAULT_LEMMA_MODEL
     progress: bool = True
     retrieval: str = DENSE
+    cache: Optional[str] = None
 
     def __post_init__(self):
         if self.retrieval not in RETRIEVALS:
@@ -243,17 +256,28 @@ class Resources:
     Chunk texts repeat across chunkers (every other window of fixed 400/200
     is a window of fixed 400/0), and embeddings and entities depend on the
     text only (`embed_texts` pads by length bucket, so a vector does not
-    depend on its batch), so both are cached by text.
+    depend on its batch), so both are kept by text key. With a feature
+    cache (`transforms.feature_cache`, the build's layout) they also carry
+    over between runs, semantic chunkers' piece embeddings included: a run
+    pays only for texts no earlier run embedded.
     """
 
-    def __init__(self, model, batch_size: int, settings: dedup.FilterConfig):
+    def __init__(
+        self, model, batch_size: int, settings: dedup.FilterConfig,
+        cache: Optional[feature_cache.CacheRun] = None,
+    ):
         self.model = model
         self.batch_size = batch_size
         self.settings = settings
+        self.cache = cache
         self._ner = None
-        self._vectors: dict[str, np.ndarray] = {}
-        self._entities: dict[str, tuple[str, ...]] = {}
+        self._values: dict[str, dict] = {'embedding': {}, 'entities': {}}
         self._tokens: dict[str, TokenIndex] = {}
+        self.computed = {'embedding': 0, 'entities': 0}
+        for spec in cache.specs if cache else ():
+            if cache.read_from[spec.feature]:
+                self._values[spec.feature] = feature_cache.read_entries(cache.read_from[spec.feature], spec.feature)
+        self.loaded = {f: len(v) for f, v in self._values.items()}
 
     def tokens(self, document: Document) -> TokenIndex:
         """The document's model-token index, computed once per run."""
@@ -261,24 +285,59 @@ class Resources:
             self._tokens[document.doc_id] = TokenIndex(token_offsets(self.model.tokenizer, document.text))
         return self._tokens[document.doc_id]
 
+    def _todo(self, feature: str, texts: Sequence[str]) -> tuple[list[str], list[str]]:
+        keys = [text_key(t) for t in texts]
+        known = self._values[feature]
+        todo = sorted({t for t, k in zip(texts, keys) if k not in known})
+        self.computed[feature] += len(todo)
+        return keys, todo
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """`(len(texts), dim)` normalized float32 embeddings; each distinct text embedded once."""
-        todo = sorted({t for t in texts if t not in self._vectors})
+        keys, todo = self._todo('embedding', texts)
+        vectors = self._values['embedding']
         for text, vector in zip(todo, embed_texts(self.model, todo, self.batch_size)):
-            self._vectors[text] = vector
+            vectors[text_key(text)] = vector
         dim = self.model.get_embedding_dimension()
-        return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), np.float32)
+        return np.stack([vectors[k] for k in keys]) if keys else np.zeros((0, dim), np.float32)
 
     def entities(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
         """The entities of each text (see `extract_entities`); NER is loaded on first use."""
-        todo = sorted({t for t in texts if t not in self._entities})
+        keys, todo = self._todo('entities', texts)
+        found = self._values['entities']
         if todo:
             if self._ner is None:
                 self._ner = load_ner(self.settings.spacy_model)
-            found = extract_entities(
+            computed = extract_entities(
                 self._ner, todo, self.settings.entity_labels, self.settings.entity_batch_size)
-            self._entities.update(zip(todo, found))
-        return [self._entities[t] for t in texts]
+            found.update(zip(map(text_key, todo), computed))
+        return [found[k] for k in keys]
+
+    def save(self) -> None:
+        """Writes every value known now as the cache's next generation (old ones are deleted).
+
+        Unlike a build, which keeps only its corpus' entries, the evaluation
+        keeps what earlier runs cached too: grids differ from run to run.
+        """
+        if not self.cache:
+            return
+        for spec in self.cache.specs:
+            self.cache.write_entries(spec.feature, self._values[spec.feature].items())
+        self.cache.commit()
+        self.cache.prune()
+
+
+def open_cache(config: 'EvaluateConfig', model, grid: Sequence[GridFilter]) -> Optional[feature_cache.CacheRun]:
+    """The feature cache of the run: embeddings always, entities when a filter needs them."""
+    if not config.cache:
+        return None
+    settings = dedup.FilterConfig()
+    specs = [feature_cache.CacheSpec(
+        'embedding', feature_cache.embedding_settings(config.embedding_model, model, 'cpu'))]
+    if grid_needs(grid) & dedup.NEEDS_ENTITIES:
+        specs.append(feature_cache.CacheSpec('entities', feature_cache.entity_settings(
+            settings.spacy_model, model_meta(settings.spacy_model), settings.entity_labels)))
+    return feature_cache.CacheRun.open(config.cache, specs, snapshots.new_run_id())
 
 
 def chunk_corpus(documents: Sequence[Document], chunker: ChunkerConfig, resources: Resources) -> list[Chunk]:
@@ -289,7 +348,7 @@ def chunk_corpus(documents: Sequence[Document], chunker: ChunkerConfig, resource
         if chunker.is_semantic:
             spans = semantic_spans(
                 chunker.name, document.text, tokens, resources.model,
-                chunker.chunk_size, resources.batch_size)
+                chunker.chunk_size, resources.batch_size, embed=resources.embed)
         else:
             spans = chunk_spans(document.text, tokens, chunker)
         chunks.extend(document_chunks(document, spans, tokens))
@@ -645,7 +704,27 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
 
     if model is None:
         model = load_embedding_model(config.embedding_model)
-    resources = Resources(model, config.batch_size, dedup.FilterConfig())
+    lock = snapshots.lock(config.cache) if config.cache else contextlib.nullcontext()
+    with lock:
+        if config.cache:
+            feature_cache.delete_incomplete(config.cache)
+        resources = Resources(model, config.batch_size, dedup.FilterConfig(),
+                              open_cache(config, model, config.filters))
+        summary = _evaluate(config, documents, questions, resources, output, started)
+        t = time.perf_counter()
+        resources.save()
+        summary['seconds']['save_cache'] = time.perf_counter() - t
+    summary['cache'] = {
+        'root': config.cache, 'loaded': resources.loaded, 'computed': resources.computed}
+    summary['seconds']['total'] = time.perf_counter() - started
+    (output / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
+    return summary
+
+
+def _evaluate(config, documents, questions, resources: Resources, output: Path, started: float) -> dict:
+    """Scores the grid; writes results.csv, the tables and the plots; returns the summary."""
+    from tqdm import tqdm
+
     query_vectors = resources.embed([q.question for q in questions])
     lemmas: dict[str, metrics.LemmaTable] = {}
     setup = {'load_and_queries': time.perf_counter() - started}
@@ -683,9 +762,8 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
         'chunkers': [chunker_label(c) for c in config.chunkers],
         'filters': [f'{g.name}' + ('' if g.threshold is None else f'@{g.threshold:g}') for g in config.filters],
         'variants': list(config.variants),
-        'seconds': {'setup': setup, 'chunkers': timings, 'total': time.perf_counter() - started},
+        'seconds': {'setup': setup, 'chunkers': timings},
     }
-    (output / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
     return summary
 
 
@@ -719,6 +797,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument('--retrieval', type=str, choices=RETRIEVALS, default=DENSE,
                         help='dense: exact top-k by cosine (the study); hybrid: the query job\'s '
                              'RRF of dense, BM25, salience and recency, then cross-document dedup.')
+    parser.add_argument('--cache', type=str, default=None,
+                        help='Root of the feature cache (embeddings, entities) kept between runs, '
+                             'in the build\'s layout; default: $XDG_CACHE_HOME/ragsieve/evaluate '
+                             '(~/.cache/...); "none" turns it off.')
     parser.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
     return parser.parse_args(argv)
 
@@ -749,6 +831,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         lemma_model=args.lemma_model,
         progress=not args.no_progress,
         retrieval=args.retrieval,
+        cache=None if args.cache == NO_CACHE else (args.cache or str(default_cache())),
     )
 
 

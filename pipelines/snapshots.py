@@ -147,7 +147,7 @@ def lock(root: str) -> Iterator[None]:
     no such lock: schedule one build per root there.
 
     Raises:
-      RuntimeError: If another process holds the lock.
+      ValueError: If another process holds the lock.
     """
     if '://' in root:
         yield
@@ -159,7 +159,7 @@ def lock(root: str) -> Iterator[None]:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f'another ragsieve build is writing to {root} (it holds {LOCK_FILE})') from None
+            raise ValueError(f'another ragsieve build is writing to {root} (it holds {LOCK_FILE})') from None
         try:
             yield
         finally:

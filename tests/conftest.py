@@ -9,6 +9,12 @@ import pytest
 from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
 
+@pytest.fixture(autouse=True)
+def private_cache_home(tmp_path, monkeypatch):
+    """Keeps what jobs cache by default (the evaluation's features) out of the user's home."""
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg_cache'))
+
+
 @pytest.fixture(scope='session')
 def embedding_model():
     """The real all-MiniLM-L6-v2, loaded once for the whole session."""

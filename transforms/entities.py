@@ -32,7 +32,12 @@ DEFAULT_LABELS: frozenset[str] = frozenset(
 )
 
 
-def _component_names(model_name: str) -> list[str]:
+def model_meta(model_name: str) -> dict:
+    """The meta.json of an installed spaCy package or pipeline directory, without loading it.
+
+    Raises:
+      ValueError: If the model cannot be found or has no readable meta.json.
+    """
     import spacy
 
     if os.path.isdir(model_name):
@@ -46,9 +51,13 @@ def _component_names(model_name: str) -> list[str]:
             f'`pip install {DEFAULT_NER_MODEL}`, or pass a path)'
         )
     try:
-        meta = spacy.util.get_model_meta(path)
+        return dict(spacy.util.get_model_meta(path))
     except (OSError, ValueError) as e:
         raise ValueError(f'spaCy model {model_name!r} has no readable meta.json: {e}') from e
+
+
+def _component_names(model_name: str) -> list[str]:
+    meta = model_meta(model_name)
     return list(meta.get('components') or meta.get('pipeline') or [])
 
 

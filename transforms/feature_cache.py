@@ -71,6 +71,56 @@ class CacheSpec:
         return posixpath.join(root, self.feature, self.settings_id)
 
 
+def _versions(*packages: str) -> dict:
+    from importlib import metadata
+
+    return {p: metadata.version(p) for p in packages}
+
+
+def embedding_settings(model_name: str, model, device: str) -> dict:
+    """What a chunk's embedding depends on besides its text.
+
+    The weights are identified by their hash (`models.model_fingerprint`), so
+    two paths to one model share entries and a retrained model under an old
+    name does not; `scheme` names ragsieve's padding, which the vectors' last
+    bits depend on.
+    """
+    from transforms.embedding import LENGTH_BUCKET
+    from transforms.models import model_fingerprint
+
+    return {
+        'model': model_name,
+        'weights': model_fingerprint(model),
+        'max_seq_length': model.max_seq_length,
+        'device': device,
+        'scheme': f'bucket-padding-{LENGTH_BUCKET}',
+        **_versions('torch', 'transformers', 'sentence-transformers'),
+    }
+
+
+def minhash_settings(config) -> dict:
+    """What a MinHash signature depends on besides the text (not the threshold: it only bands)."""
+    return {
+        'num_perm': config.num_perm,
+        'shingle_size': config.shingle_size,
+        'seed': config.seed,
+        'scheme': 'normalized-word-shingles',
+        **_versions('datasketch'),
+    }
+
+
+def entity_settings(model_name: str, meta: Mapping, labels: Optional[Iterable[str]]) -> dict:
+    """What a chunk's entities depend on besides its text; `meta` is the spaCy model's meta.json."""
+    return {
+        'model': model_name,
+        'model_name': meta.get('name'),
+        'model_version': meta.get('version'),
+        'labels': None if labels is None else sorted(labels),
+        'scheme': 'label-normalized-text',
+        **_versions('spacy'),
+    }
+
+
 def chunk_value(feature: str, chunk: Chunk):
     """The chunk's value of `feature`, None when not computed."""
     return getattr(chunk, feature)
@@ -78,13 +128,7 @@ def chunk_value(feature: str, chunk: Chunk):
 
 def with_value(feature: str, chunk: Chunk, value) -> Chunk:
     """The chunk with `feature` set to a value read back from the cache."""
-    if feature == 'embedding':
-        value = np.asarray(value, dtype=np.float32)
-    elif feature == 'minhash':
-        value = np.asarray(value, dtype=np.uint64)
-    else:
-        value = tuple(value)
-    return dataclasses.replace(chunk, **{feature: value})
+    return dataclasses.replace(chunk, **{feature: _typed(feature, value)})
 
 
 def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
@@ -161,6 +205,15 @@ class CacheRun:
     def entries_path(self, spec: CacheSpec) -> str:
         return posixpath.join(spec.directory(self.root), self.generation, ENTRIES_FILE)
 
+    def write_entries(self, feature: str, entries: Iterable[tuple[str, object]]) -> None:
+        """Writes this run's generation of one feature (it counts once `commit` ran)."""
+        spec = next(s for s in self.specs if s.feature == feature)
+        write_table(entries_table(feature, entries), self.entries_path(spec))
+
+    def write_entries_of(self, entries: list, feature: str) -> None:
+        """`write_entries` with the entries first, for `beam.Map`."""
+        self.write_entries(feature, entries)
+
     def commit(self) -> None:
         """Marks this run's generations complete; call only after the pipeline succeeded."""
         for spec in self.specs:
@@ -174,6 +227,23 @@ class CacheRun:
             complete, incomplete = generations(spec.directory(self.root))
             old = [g for g in complete + incomplete if posixpath.basename(g) != self.generation]
             delete_trees(old)
+
+
+def read_entries(path: str, feature: str) -> dict[str, object]:
+    """All entries of one generation's file, values as `with_value` sets them."""
+    import pyarrow.parquet as pq
+
+    with FileSystems.open(path) as f:
+        table = pq.read_table(f)
+    return {key: _typed(feature, value) for key, value in table_entries(table)}
+
+
+def _typed(feature: str, value):
+    if feature == 'embedding':
+        return np.asarray(value, dtype=np.float32)
+    if feature == 'minhash':
+        return np.asarray(value, dtype=np.uint64)
+    return tuple(value)
 
 
 def delete_incomplete(root: str) -> list[str]:
@@ -247,10 +317,6 @@ def _entry(chunk: Chunk, feature: str) -> tuple[str, object]:
     return text_key(chunk.text), chunk_value(feature, chunk)
 
 
-def _write_entries(entries: list, feature: str, path: str) -> None:
-    write_table(entries_table(feature, entries), path)
-
-
 class WriteFeatureCache(beam.PTransform):
     """PCollection[Chunk] (features computed) -> this run's generation of each cached feature.
 
@@ -269,7 +335,6 @@ class WriteFeatureCache(beam.PTransform):
                 chunks
                 | f'{name}CacheEntries' >> beam.Map(_entry, spec.feature)
                 | f'Gather{name}Entries' >> beam.combiners.ToList()
-                | f'Write{name}Cache'
-                >> beam.Map(_write_entries, spec.feature, self._cache.entries_path(spec))
+                | f'Write{name}Cache' >> beam.Map(self._cache.write_entries_of, spec.feature)
             )
         return chunks.pipeline

@@ -9,7 +9,7 @@ last piece's end, so `text[start:end]` is the chunk and nothing is re-joined.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -278,7 +278,13 @@ def breakpoint_spans(
 
 
 def semantic_spans(
-    name: str, text: str, tokens: TokenIndex, model, chunk_size: int, batch_size: int = 64
+    name: str,
+    text: str,
+    tokens: TokenIndex,
+    model,
+    chunk_size: int,
+    batch_size: int = 64,
+    embed: Optional[Callable[[list[str]], np.ndarray]] = None,
 ) -> list[Span]:
     """Chunks one document with a semantic chunker and a loaded model.
 
@@ -293,6 +299,8 @@ def semantic_spans(
         chunk; breakpoint chunks are also capped at what the model embeds
         (`embeddable_tokens`), so none is truncated.
       batch_size: Texts per forward pass.
+      embed: Embeds a list of texts as `embed_texts` does, e.g. through a
+        cache; by default `embed_texts(model, texts, batch_size)`.
 
     Returns:
       The chunk spans, in document order.
@@ -307,13 +315,14 @@ def semantic_spans(
         raise ValueError(f'unknown semantic chunker {name!r}; choose one of {list(SEMANTIC_CHUNKERS)}')
     if chunk_size <= 0:
         raise ValueError(f'chunk_size must be > 0, got {chunk_size}')
+    embed = embed or (lambda texts: embed_texts(model, texts, batch_size))
     pieces = piece_spans(text, tokens)
     if not pieces:
         return []
     if name == CLUSTER_SEMANTIC:
-        vectors = embed_texts(model, [text[s:e] for s, e in pieces], batch_size)
+        vectors = embed([text[s:e] for s, e in pieces])
         return cluster_semantic_spans(text, tokens, pieces, vectors, max_size=chunk_size)
-    vectors = embed_texts(model, window_texts(text, pieces), batch_size)
+    vectors = embed(window_texts(text, pieces))
     return breakpoint_spans(
         text, tokens, pieces, vectors, chunk_size=chunk_size, max_tokens=embeddable_tokens(model)
     )

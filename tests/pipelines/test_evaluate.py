@@ -147,6 +147,30 @@ def test_end_to_end_chroma(tmp_path, embedding_model):
         'recursive_40_10', 'fixed_32_0'}
 
 
+def test_a_second_run_reuses_the_cached_features(tmp_path, embedding_model):
+    argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--chunkers', 'recursive:40:10,cluster_semantic:64',
+            '--filters', 'none,ner_exact', '--max_questions', '4', '--variants', 'raw', '--no_progress',
+            '--cache', str(tmp_path / 'cache')]
+    first = evaluate.evaluate(
+        evaluate.config_from_args(evaluate.parse_args([*argv, '--output', str(tmp_path / 'a')])), model=embedding_model)
+    assert first['cache']['loaded'] == {'embedding': 0, 'entities': 0}
+    assert first['cache']['computed']['embedding'] > 0 and first['cache']['computed']['entities'] > 0
+    second = evaluate.evaluate(
+        evaluate.config_from_args(evaluate.parse_args([*argv, '--output', str(tmp_path / 'b')])), model=embedding_model)
+    # Chunks, semantic pieces, questions and entities all come from the cache.
+    assert second['cache']['computed'] == {'embedding': 0, 'entities': 0}
+    assert second['cache']['loaded'] == {f: n for f, n in first['cache']['computed'].items()}
+    assert (tmp_path / 'a' / 'results.csv').read_bytes() == (tmp_path / 'b' / 'results.csv').read_bytes()
+
+
+def test_default_cache_is_the_users_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    config = evaluate.config_from_args(evaluate.parse_args(['--output', str(tmp_path / 'out')]))
+    assert config.cache == str(tmp_path / 'ragsieve' / 'evaluate')
+    config = evaluate.config_from_args(evaluate.parse_args(['--output', str(tmp_path), '--cache', 'none']))
+    assert config.cache is None
+
+
 def test_end_to_end_squad_through_the_cli(tmp_path):
     out = tmp_path / 'out'
     code = cli.main(['evaluate', '--dataset', 'squad', '--data', str(SQUAD), '--output', str(out),

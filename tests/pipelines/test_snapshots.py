@@ -71,7 +71,7 @@ def test_prune_keeps_the_newest_and_never_the_latest(tmp_path):
 
 def test_lock_is_exclusive_and_released(tmp_path):
     with snapshots.lock(str(tmp_path)):
-        with pytest.raises(RuntimeError, match='another ragsieve build'):
+        with pytest.raises(ValueError, match='another ragsieve build'):
             with snapshots.lock(str(tmp_path)):
                 pass
     with snapshots.lock(str(tmp_path)):
