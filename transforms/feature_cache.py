@@ -1,4 +1,8 @@
-"""A cache of per-chunk features keyed by exact text, so a rebuild computes only what is new.
+"""A cache of per-chunk features and per-document spans, keyed by exact text.
+
+A rebuild then computes only what is new: chunk spans of changed documents
+(tokenizing, and for the semantic chunkers embedding pieces), and the
+embedding, entities and MinHash signature of chunks whose text is new.
 
 Layout under a cache root (local or any Beam filesystem):
 
@@ -34,11 +38,18 @@ from transforms.text import text_key
 from transforms.types import Chunk
 from transforms.write import delete_trees, write_bytes, write_json, write_table
 
-FEATURES = ('embedding', 'entities', 'minhash')
+# Per-chunk features, keyed by the chunk's text.
+CHUNK_FEATURES = ('embedding', 'entities', 'minhash')
+# A document's chunk spans, keyed by the document's text: unchanged documents
+# are not tokenized again, and semantic chunkers do not embed their pieces again.
+SPANS = 'spans'
+FEATURES = CHUNK_FEATURES + (SPANS,)
 VALUE_TYPES = {
     'embedding': pa.list_(pa.float32()),
     'entities': pa.list_(pa.string()),
     'minhash': pa.list_(pa.uint64()),
+    # (char_start, char_end, n_tokens) of each chunk, flattened.
+    SPANS: pa.list_(pa.int64()),
 }
 ENTRIES_FILE = 'entries.parquet'
 COMPLETE_FILE = 'COMPLETE'
@@ -121,6 +132,21 @@ def entity_settings(model_name: str, meta: Mapping, labels: Optional[Iterable[st
     }
 
 
+def spans_settings(chunker, embedding: Mapping) -> dict:
+    """What a document's chunk spans depend on besides its text.
+
+    Args:
+      chunker: The `ChunkerConfig`.
+      embedding: `embedding_settings` of the model: its tokenizer counts the
+        tokens, and semantic chunkers embed with it.
+    """
+    return {
+        'chunker': dataclasses.asdict(chunker),
+        'scheme': 'token-spans-v1',
+        'embedding': dict(embedding),
+    }
+
+
 def chunk_value(feature: str, chunk: Chunk):
     """The chunk's value of `feature`, None when not computed."""
     return getattr(chunk, feature)
@@ -128,7 +154,7 @@ def chunk_value(feature: str, chunk: Chunk):
 
 def with_value(feature: str, chunk: Chunk, value) -> Chunk:
     """The chunk with `feature` set to a value read back from the cache."""
-    return dataclasses.replace(chunk, **{feature: _typed(feature, value)})
+    return dataclasses.replace(chunk, **{feature: typed_value(feature, value)})
 
 
 def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
@@ -137,6 +163,8 @@ def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Tab
     values = list(unique.values())
     if feature in ('embedding', 'minhash'):
         values = [np.asarray(v) for v in values]
+    elif feature == SPANS:
+        values = [[x for triple in v for x in triple] for v in values]
     else:
         values = [list(v) for v in values]
     schema = pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
@@ -205,6 +233,11 @@ class CacheRun:
     def entries_path(self, spec: CacheSpec) -> str:
         return posixpath.join(spec.directory(self.root), self.generation, ENTRIES_FILE)
 
+    def features(self, among: Iterable[str] = FEATURES) -> tuple[str, ...]:
+        """The cached features of this run, among `among`."""
+        among = set(among)
+        return tuple(s.feature for s in self.specs if s.feature in among)
+
     def write_entries(self, feature: str, entries: Iterable[tuple[str, object]]) -> None:
         """Writes this run's generation of one feature (it counts once `commit` ran)."""
         spec = next(s for s in self.specs if s.feature == feature)
@@ -235,14 +268,17 @@ def read_entries(path: str, feature: str) -> dict[str, object]:
 
     with FileSystems.open(path) as f:
         table = pq.read_table(f)
-    return {key: _typed(feature, value) for key, value in table_entries(table)}
+    return {key: typed_value(feature, value) for key, value in table_entries(table)}
 
 
-def _typed(feature: str, value):
+def typed_value(feature: str, value):
+    """A value as read from a table, in the type its stage uses (arrays, tuples)."""
     if feature == 'embedding':
         return np.asarray(value, dtype=np.float32)
     if feature == 'minhash':
         return np.asarray(value, dtype=np.uint64)
+    if feature == SPANS:
+        return tuple(tuple(value[i : i + 3]) for i in range(0, len(value), 3))
     return tuple(value)
 
 
@@ -293,23 +329,51 @@ class JoinCachedFeatures(beam.PTransform):
         self._cache = cache
 
     def expand(self, chunks):
-        features = tuple(s.feature for s in self._cache.specs)
+        features = self._cache.features(CHUNK_FEATURES)
         inputs = {'chunks': chunks | 'KeyByText' >> beam.Map(_keyed)}
         for feature in features:
-            path = self._cache.read_from[feature]
-            if path is None:
-                entries = chunks.pipeline | f'No{feature.title()}Cache' >> beam.Create([])
-            else:
-                entries = (
-                    chunks.pipeline
-                    | f'Read{feature.title()}Cache' >> beam.io.ReadFromParquetBatched(path)
-                    | f'{feature.title()}Entries' >> beam.FlatMap(table_entries)
-                )
-            inputs[feature] = entries
+            inputs[feature] = chunks.pipeline | f'{feature.title()}Cache' >> ReadCacheEntries(self._cache, feature)
         return (
             inputs
             | 'JoinOnTextKey' >> beam.CoGroupByKey()
             | 'AttachCached' >> beam.ParDo(_AttachCachedFn(features))
+        )
+
+
+class ReadCacheEntries(beam.PTransform):
+    """PBegin -> PCollection[(key, value)] of one feature's newest complete generation."""
+
+    def __init__(self, cache: CacheRun, feature: str):
+        super().__init__()
+        self._path = cache.read_from[feature]
+
+    def expand(self, pbegin):
+        if self._path is None:
+            return pbegin | 'Empty' >> beam.Create([])
+        return (
+            pbegin
+            | 'Read' >> beam.io.ReadFromParquetBatched(self._path)
+            | 'Entries' >> beam.FlatMap(table_entries)
+        )
+
+
+class WriteCacheEntries(beam.PTransform):
+    """PCollection[(key, value)] -> this run's generation of one feature, one sorted file.
+
+    Entries are gathered like the other outputs; the generation counts only
+    once `CacheRun.commit` marks it complete.
+    """
+
+    def __init__(self, cache: CacheRun, feature: str):
+        super().__init__()
+        self._cache = cache
+        self._feature = feature
+
+    def expand(self, entries):
+        return (
+            entries
+            | 'Gather' >> beam.combiners.ToList()
+            | 'Write' >> beam.Map(self._cache.write_entries_of, self._feature)
         )
 
 
@@ -318,23 +382,18 @@ def _entry(chunk: Chunk, feature: str) -> tuple[str, object]:
 
 
 class WriteFeatureCache(beam.PTransform):
-    """PCollection[Chunk] (features computed) -> this run's generation of each cached feature.
-
-    Entries are gathered and written as one sorted file per feature, like the
-    other outputs; the generation counts only once `CacheRun.commit` marks it.
-    """
+    """PCollection[Chunk] (features computed) -> this run's generation of each per-chunk feature."""
 
     def __init__(self, cache: CacheRun):
         super().__init__()
         self._cache = cache
 
     def expand(self, chunks):
-        for spec in self._cache.specs:
-            name = spec.feature.title()
+        for feature in self._cache.features(CHUNK_FEATURES):
+            name = feature.title()
             _ = (
                 chunks
-                | f'{name}CacheEntries' >> beam.Map(_entry, spec.feature)
-                | f'Gather{name}Entries' >> beam.combiners.ToList()
-                | f'Write{name}Cache' >> beam.Map(self._cache.write_entries_of, spec.feature)
+                | f'{name}CacheEntries' >> beam.Map(_entry, feature)
+                | f'Write{name}Cache' >> WriteCacheEntries(self._cache, feature)
             )
         return chunks.pipeline

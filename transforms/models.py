@@ -52,7 +52,7 @@ def max_seq_length(name_or_path: str) -> Optional[int]:
 
 
 def model_fingerprint(model) -> str:
-    """Hash of a loaded model's architecture and weights.
+    """Hash of a loaded model's architecture, weights and tokenizer.
 
     Two paths or names of the same model hash the same, and a retrained copy
     under the same name does not, which is what a cache of its outputs needs.
@@ -63,6 +63,10 @@ def model_fingerprint(model) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode('utf-8'))
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    # The tokenizer decides token counts (chunk sizes) and what the weights see.
+    backend = getattr(getattr(model, 'tokenizer', None), 'backend_tokenizer', None)
+    if backend is not None:
+        digest.update(backend.to_str().encode('utf-8'))
     return digest.hexdigest()
 
 

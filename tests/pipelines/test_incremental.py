@@ -12,7 +12,7 @@ from pipelines import build_index, query, snapshots
 from transforms import feature_cache, write
 
 REPO = Path(__file__).resolve().parents[2]
-# exact, minhash and ner_exact use all three cached features: embedding, minhash, entities.
+# exact, minhash and ner_exact use every cached feature: spans, embedding, minhash, entities.
 FLAGS = ['--chunk_size', '64', '--filter', 'exact,minhash,ner_exact']
 # Everything a build writes except its manifest.json and diff.json (times, run ids).
 DATA_DIRS = [write.CHUNKS_DIR, write.DROPPED_DIR, write.REJECTED_DIR, write.DOCUMENTS_DIR,
@@ -54,7 +54,10 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
     second = build(corpus, root, '--versioned', '--run_id', 'r2')
     assert (root / 'LATEST').read_text() == 'r2\n'
     total = second['counts']['chunks_before_filters']
-    features = second['cache']['features']
+    features = dict(second['cache']['features'])
+    # Spans are cached per document: only the edited and the added one are chunked again.
+    spans = features.pop('spans')
+    assert (spans['hits'], spans['misses']) == (second['counts']['documents_indexed'] - 2, 2)
     assert set(features) == {'embedding', 'minhash', 'entities'}
     for use in features.values():
         assert use['hits'] + use['misses'] == total
@@ -67,7 +70,7 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
     assert report['documents']['changed']['ids'] == ['sub/orbits.md']
     assert report['documents']['removed']['count'] == 0
     assert report['chunks']['added']['count'] == features['embedding']['misses']
-    assert report['cache'] == features
+    assert report['cache'] == second['cache']['features']
 
     fresh = build(corpus, tmp_path / 'fresh', '--cache', build_index.NO_CACHE)
     assert fresh['cache'] is None and fresh['counts']['chunks_embedded'] == total
@@ -133,3 +136,15 @@ def test_killed_builds_leave_the_published_index_intact(corpus_dir, tmp_path):
     assert final['counts']['chunks_embedded'] == 0
     fresh = build(corpus, tmp_path / 'fresh', '--cache', build_index.NO_CACHE)
     assert data_files(root / 'runs' / 'r9') == data_files(tmp_path / 'fresh')
+
+
+def test_semantic_rebuild_reuses_spans_and_embeds_nothing(corpus_dir, tmp_path):
+    corpus, _ = corpus_dir
+    flags = ['--chunker', 'cluster_semantic', '--chunk_size', '64', '--filter', 'exact']
+    first = build_index.run(['--input', str(corpus), '--output', str(tmp_path / 'root'), '--versioned', *flags])
+    second = build_index.run(['--input', str(corpus), '--output', str(tmp_path / 'root'), '--versioned', *flags])
+    assert first['cache']['features']['spans']['hits'] == 0
+    assert second['cache']['features']['spans']['misses'] == 0
+    assert second['counts']['chunks_embedded'] == 0
+    assert data_files(tmp_path / 'root' / 'runs' / first['run_id']) == data_files(
+        tmp_path / 'root' / 'runs' / second['run_id'])

@@ -42,6 +42,7 @@ def test_settings_id_depends_on_every_setting_not_on_order():
     ('embedding', [np.random.default_rng(0).standard_normal(384).astype(np.float32) for _ in range(2)]),
     ('minhash', [np.array([2**64 - 1, 0, 12345], np.uint64), np.array([1, 2, 3], np.uint64)]),
     ('entities', [('GPE:london', 'PERSON:ada lovelace'), ()]),
+    ('spans', [((0, 120, 31), (100, 260, 40)), ()]),
 ])
 def test_entries_round_trip_bit_exact(tmp_path, feature, values):
     entries = [('k2', values[1]), ('k1', values[0]), ('k2', values[1])]
@@ -50,6 +51,9 @@ def test_entries_round_trip_bit_exact(tmp_path, feature, values):
     back = list(feature_cache.table_entries(pq.read_table(path)))
     assert [k for k, _ in back] == ['k1', 'k2']  # sorted, one row per key
     for (_, value), expected in zip(back, values):
+        if feature == 'spans':
+            assert feature_cache.typed_value(feature, value) == expected
+            continue
         got = getattr(feature_cache.with_value(feature, chunk('d', 0, 't'), value), feature)
         if feature == 'entities':
             assert got == expected
