@@ -76,3 +76,4 @@ def test_lock_is_exclusive_and_released(tmp_path):
                 pass
     with snapshots.lock(str(tmp_path)):
         pass
+
