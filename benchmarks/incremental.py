@@ -83,6 +83,7 @@ def main():
     args = parser.parse_args()
 
     from pipelines import build_index
+    from transforms import feature_cache
 
     corpora = sorted(glob.glob(os.path.join(args.data, '*.md')))
     if not corpora:
@@ -112,7 +113,7 @@ def main():
         rebuild_time, rebuild = timed_build(
             build_index, ['--input', corpus, '--output', root, '--versioned', '--run_id', 'rebuild', *extra])
         fresh_time, _ = timed_build(
-            build_index, ['--input', corpus, '--output', fresh, '--cache', build_index.NO_CACHE, *extra])
+            build_index, ['--input', corpus, '--output', fresh, '--cache', feature_cache.NO_CACHE, *extra])
         identical = data_files(os.path.join(root, 'runs', 'rebuild')) == data_files(fresh)
 
     counts = rebuild['counts']

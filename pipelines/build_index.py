@@ -31,7 +31,6 @@ LOG = logging.getLogger('ragsieve.build')
 
 FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
 ALL_LABELS = 'all'
-NO_CACHE = 'none'
 # Written next to manifest.json: what changed since the previous build.
 DIFF_FILE = 'diff.json'
 
@@ -114,7 +113,7 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--cache', type=str, default=None,
                             help='Root of the per-chunk feature cache (embeddings, entities, '
                                  'MinHash), any Beam filesystem; default: OUTPUT/cache with '
-                                 f'--versioned, none otherwise; "{NO_CACHE}" turns it off.')
+                                 f'--versioned, none otherwise; "{feature_cache.NO_CACHE}" turns it off.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +165,7 @@ class BuildConfig:
             versioned=options.versioned,
             run_id=options.run_id,
             keep_runs=options.keep_runs,
-            cache=None if cache in (None, NO_CACHE) else cache.rstrip('/'),
+            cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
         )
 
 

@@ -50,7 +50,6 @@ LOG = logging.getLogger('ragsieve.evaluate')
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHROMA_DATA = REPO_ROOT.parent / 'shared' / 'data' / 'chroma'
-NO_CACHE = 'none'
 
 
 def default_cache() -> Path:
@@ -692,8 +691,6 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     Raises:
       ValueError: For unreadable data or models.
     """
-    from tqdm import tqdm
-
     started = time.perf_counter()
     documents, questions = read_dataset(config.dataset, config.data)
     questions = sample_questions(questions, config.max_questions, config.seed)
@@ -831,7 +828,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         lemma_model=args.lemma_model,
         progress=not args.no_progress,
         retrieval=args.retrieval,
-        cache=None if args.cache == NO_CACHE else (args.cache or str(default_cache())),
+        cache=None if args.cache == feature_cache.NO_CACHE else (args.cache or str(default_cache())),
     )
 
 

@@ -21,7 +21,7 @@ from typing import Iterator, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.write import MANIFEST_FILE, delete_trees, write_atomic
+from transforms.write import MANIFEST_FILE, delete_trees, split_complete, write_atomic
 
 RUNS_DIR = 'runs'
 LATEST_FILE = 'LATEST'
@@ -93,15 +93,11 @@ def list_runs(root: str) -> tuple[list[str], list[str]]:
     need not sort; incomplete ones by name.
     """
     runs = posixpath.join(root, RUNS_DIR)
-    seen = set()
-    finished: dict[str, float] = {}
+    files = []
     for m in FileSystems.match([posixpath.join(runs, '**')])[0].metadata_list:
         run_id, _, rest = m.path[len(runs) :].lstrip('/').partition('/')
-        seen.add(run_id)
-        if rest == MANIFEST_FILE:
-            finished[run_id] = m.last_updated_in_seconds
-    complete = sorted(finished, key=lambda r: (finished[r], r))
-    return complete, sorted(seen - set(complete))
+        files.append((run_id, rest, m.last_updated_in_seconds))
+    return split_complete(files, MANIFEST_FILE)
 
 
 def clean_debris(root: str) -> list[str]:

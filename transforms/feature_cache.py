@@ -36,7 +36,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.text import text_key
 from transforms.types import Chunk
-from transforms.write import delete_trees, write_bytes, write_json, write_table
+from transforms.write import delete_trees, split_complete, write_bytes, write_json, write_table
 
 # Per-chunk features, keyed by the chunk's text.
 CHUNK_FEATURES = ('embedding', 'entities', 'minhash')
@@ -51,6 +51,8 @@ VALUE_TYPES = {
     # (char_start, char_end, n_tokens) of each chunk, flattened.
     SPANS: pa.list_(pa.int64()),
 }
+# `--cache none`: the flag value that turns the cache off, in every job.
+NO_CACHE = 'none'
 ENTRIES_FILE = 'entries.parquet'
 COMPLETE_FILE = 'COMPLETE'
 SETTINGS_FILE = 'settings.json'
@@ -181,21 +183,9 @@ def _files(pattern: str) -> list[tuple[str, float]]:
 
 
 def split_generations(files: Iterable[tuple[str, float]]) -> tuple[list[str], list[str]]:
-    """Groups `(path, mtime)` of files `.../<generation>/<name>` into generation dirs.
-
-    Returns:
-      `(complete, incomplete)`: complete ones oldest first by the time their
-      COMPLETE marker was written (run ids need not sort), incomplete ones by name.
-    """
-    names: dict[str, set[str]] = {}
-    completed_at: dict[str, float] = {}
-    for path, mtime in files:
-        generation, name = posixpath.split(path)
-        names.setdefault(generation, set()).add(name)
-        if name == COMPLETE_FILE:
-            completed_at[generation] = mtime
-    complete = sorted(completed_at, key=lambda g: (completed_at[g], g))
-    return complete, sorted(set(names) - set(complete))
+    """Groups `(path, mtime)` of files `.../<generation>/<name>` into `(complete, incomplete)`
+    generation dirs (see `write.split_complete`; the marker is COMPLETE)."""
+    return split_complete(((*posixpath.split(path), mtime) for path, mtime in files), COMPLETE_FILE)
 
 
 def generations(directory: str) -> tuple[list[str], list[str]]:

@@ -281,6 +281,27 @@ def publish(staging: str, output: str) -> None:
     FileSystems.delete([staging])
 
 
+def split_complete(files: Iterable[tuple[str, str, float]], marker: str) -> tuple[list[str], list[str]]:
+    """Splits directories into complete (holding `marker`) and incomplete ones.
+
+    Args:
+      files: `(directory, file name, mtime)` of the files found.
+      marker: The file a writer creates last, when the directory is complete.
+
+    Returns:
+      `(complete, incomplete)`: complete ones oldest first by their marker's
+      time (names need not sort in run order), incomplete ones by name.
+    """
+    seen = set()
+    completed_at: dict[str, float] = {}
+    for directory, name, mtime in files:
+        seen.add(directory)
+        if name == marker:
+            completed_at[directory] = mtime
+    complete = sorted(completed_at, key=lambda d: (completed_at[d], d))
+    return complete, sorted(seen - set(complete))
+
+
 def delete_trees(paths: Iterable[str]) -> None:
     """Deletes directories with everything under them, on any Beam filesystem."""
     paths = list(paths)

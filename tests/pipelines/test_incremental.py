@@ -72,7 +72,7 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
     assert report['chunks']['added']['count'] == features['embedding']['misses']
     assert report['cache'] == second['cache']['features']
 
-    fresh = build(corpus, tmp_path / 'fresh', '--cache', build_index.NO_CACHE)
+    fresh = build(corpus, tmp_path / 'fresh', '--cache', feature_cache.NO_CACHE)
     assert fresh['cache'] is None and fresh['counts']['chunks_embedded'] == total
     assert data_files(root / 'runs' / 'r2') == data_files(tmp_path / 'fresh')
 
@@ -134,7 +134,7 @@ def test_killed_builds_leave_the_published_index_intact(corpus_dir, tmp_path):
     assert (root / 'LATEST').read_text() == 'r9\n'
     # The cache generations of the runs killed after their commit are reused, not redone.
     assert final['counts']['chunks_embedded'] == 0
-    fresh = build(corpus, tmp_path / 'fresh', '--cache', build_index.NO_CACHE)
+    build(corpus, tmp_path / 'fresh', '--cache', feature_cache.NO_CACHE)
     assert data_files(root / 'runs' / 'r9') == data_files(tmp_path / 'fresh')
 
 
