@@ -118,6 +118,7 @@ def file_problem(path: str) -> Optional[Rejected]:
     A FIFO would block `open` forever and a device could stream without end,
     so the type is checked with `lstat`/`stat` first.
     """
+    import errno
     import stat
 
     try:
@@ -128,7 +129,7 @@ def file_problem(path: str) -> Optional[Rejected]:
         info = os.stat(path)
     except OSError as e:
         if stat.S_ISLNK(link.st_mode):
-            what = 'a symbolic link loop' if e.errno == 40 else f'a dangling symbolic link to {os.readlink(path)!r}'
+            what = 'a symbolic link loop' if e.errno == errno.ELOOP else f'a dangling symbolic link to {os.readlink(path)!r}'
             return Rejected(path, None, BROKEN_LINK, what)
         return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
     if stat.S_ISDIR(info.st_mode):

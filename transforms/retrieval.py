@@ -321,8 +321,15 @@ def build_bm25(texts: Sequence[str]):
     """
     if not texts:
         raise ValueError('cannot build a BM25 index of no texts')
-    retriever = bm25s_module().BM25()
-    retriever.index(bm25_tokenize(texts), show_progress=False)
+    bm25s = bm25s_module()
+    tokenized = bm25_tokenize(texts)
+    if not tokenized.vocab:
+        # Every text is stopwords or punctuation ("!!!"): bm25s cannot index an
+        # empty vocabulary. The empty string, which no query token can be, as
+        # the only entry scores every row 0, as no shared term would.
+        tokenized = bm25s.tokenization.Tokenized(ids=tokenized.ids, vocab={'': 0})
+    retriever = bm25s.BM25()
+    retriever.index(tokenized, show_progress=False)
     return retriever
 
 

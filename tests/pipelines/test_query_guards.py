@@ -122,3 +122,12 @@ def test_recency_values_no_date_can_hold_are_neutral_at_query_time(value):
     assert retrieval.parse_timestamp(value) is None
     metadata = json.dumps({'updated_at': value if not isinstance(value, float) else str(value)})
     assert retrieval.document_timestamp(metadata) is None
+
+
+def test_bm25_of_texts_without_a_term_builds_and_scores_zero(tmp_path):
+    # A corpus whose kept chunks are all stopwords or punctuation used to abort the build.
+    for name, data in retrieval.bm25_files(['!!!', 'The of and.']).items():
+        (tmp_path / name).write_bytes(data)
+    bm25 = query.load_bm25(str(tmp_path))
+    tokens = retrieval.bm25_tokenize(['pasta water'], return_ids=False)[0]
+    assert retrieval.bm25_scores(bm25, tokens, 2).tolist() == [0.0, 0.0]
