@@ -56,15 +56,18 @@ class TextBuilder:
 
 
 def pages_spanned(pages: tuple[tuple[int, int], ...], start: int, end: int) -> list[int]:
-    """Numbers (from 1) of the pages whose text overlaps `[start, end)`.
+    """Numbers (from 1) of the pages from the one holding `start` to the one holding `end - 1`.
 
-    A chunk that lies only in the separator between two pages (it cannot hold
-    text, the chunkers strip whitespace) gets the page before the separator.
+    The separator after a page counts as that page's, so a span's pages do
+    not depend on which side of a page break its whitespace was cut; an empty
+    page between two spanned ones is listed (it is spanned, it holds nothing).
     """
-    spanned = [n for n, (p_start, p_end) in enumerate(pages, start=1) if p_start < end and start < p_end]
-    if spanned or not pages:
-        return spanned
-    return [max(1, bisect.bisect_right([p for p, _ in pages], start))]
+    if not pages:
+        return []
+    starts = [p_start for p_start, _ in pages]
+    first = max(1, bisect.bisect_right(starts, start))
+    last = max(first, bisect.bisect_right(starts, max(start, end - 1)))
+    return list(range(first, last + 1))
 
 
 def heading_path(headings: tuple[tuple[int, int, str], ...], start: int) -> list[str]:
