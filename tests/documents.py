@@ -12,7 +12,7 @@ def _pdf_string(text: str) -> bytes:
 
 
 def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None) -> bytes:
-    """A valid PDF, one page per item: a line of Helvetica text, or a drawn square (no text) for None.
+    """A valid PDF, one page per item: lines of Helvetica text, or a drawn square (no text) for None.
 
     Written by hand (catalog, page tree, font, pages, content streams and an
     exact xref table), so the tests need no PDF writing library.
@@ -30,7 +30,8 @@ def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None) -> byt
         if text is None:
             stream = b'0 0 1 rg 72 72 200 200 re f'
         else:
-            stream = b'BT /F1 12 Tf 72 720 Td ' + _pdf_string(text) + b' Tj ET'
+            lines = b' T* '.join(_pdf_string(line) + b' Tj' for line in text.split('\n'))
+            stream = b'BT /F1 11 Tf 14 TL 72 740 Td ' + lines + b' ET'
         objects[page_id] = (
             b'<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] '
             b'/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>' % (page_id + 1))
