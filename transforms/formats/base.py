@@ -80,6 +80,14 @@ def format_size(n: Optional[int]) -> str:
     return f'{n}B'
 
 
+def document_metadata(format_name: str, title, **fields) -> dict:
+    """A document's metadata: its format, its title when it has a non-blank one, and `fields`."""
+    metadata = {'format': format_name, **fields}
+    if isinstance(title, str) and title.strip():
+        metadata['title'] = ' '.join(title.split())
+    return metadata
+
+
 def file_hash(data: bytes) -> str:
     """Hex blake2b of a raw file, like the text keys of transforms.text."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -6,7 +6,7 @@ import io
 import re
 from typing import Union
 
-from transforms.formats.base import Extracted, Format
+from transforms.formats.base import Extracted, Format, document_metadata
 from transforms.layout import TextBuilder
 from transforms.types import Layout, Rejected
 
@@ -81,10 +81,7 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
         return Rejected(path, None, DOCX_CORRUPT, f'{type(e).__name__}: {e}')
     if not builder.text().strip():
         return Rejected(path, None, DOCX_NO_TEXT, 'no text in the document body')
-    metadata = {'format': 'docx'}
-    if title and title.strip():
-        metadata['title'] = title.strip()
-    return Extracted(builder.text(), metadata, Layout(headings=builder.headings()))
+    return Extracted(builder.text(), document_metadata('docx', title), Layout(headings=builder.headings()))
 
 
 FORMAT = Format(

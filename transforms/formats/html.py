@@ -6,7 +6,7 @@ import codecs
 import re
 from typing import Iterator, Optional, Union
 
-from transforms.formats.base import Extracted, Format
+from transforms.formats.base import Extracted, Format, document_metadata
 from transforms.layout import TextBuilder
 from transforms.types import Layout, Rejected
 
@@ -89,10 +89,7 @@ def _blocks(element) -> Iterator[tuple[str, str]]:
 
 def _title(tree) -> Optional[str]:
     title = tree.find('.//title')
-    if title is None:
-        return None
-    text = _WHITESPACE.sub(' ', title.text_content()).strip()
-    return text or None
+    return None if title is None else title.text_content()
 
 
 def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
@@ -140,10 +137,7 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
         previous = tag
     if not builder.text().strip():
         return Rejected(path, None, HTML_NO_TEXT, 'no main content found')
-    metadata = {'format': 'html'}
-    if title:
-        metadata['title'] = title
-    return Extracted(builder.text(), metadata, Layout(headings=builder.headings()))
+    return Extracted(builder.text(), document_metadata('html', title), Layout(headings=builder.headings()))
 
 
 FORMAT = Format(

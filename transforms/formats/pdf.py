@@ -6,7 +6,7 @@ import io
 import logging
 from typing import Union
 
-from transforms.formats.base import Extracted, Format
+from transforms.formats.base import Extracted, Format, document_metadata
 from transforms.layout import TextBuilder
 from transforms.types import Layout, Rejected
 
@@ -67,10 +67,7 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
         return Rejected(path, None, PDF_CORRUPT, 'no pages (broken page tree?)')
     if not builder.text().strip():
         return Rejected(path, None, PDF_NO_TEXT, f'no text layer in {len(pages)} page(s) (scanned images?)')
-    metadata = {'format': 'pdf', 'page_count': len(pages)}
-    if isinstance(title, str) and title.strip():
-        metadata['title'] = title.strip()
-    return Extracted(builder.text(), metadata, Layout(pages=tuple(pages)))
+    return Extracted(builder.text(), document_metadata('pdf', title, page_count=len(pages)), Layout(pages=tuple(pages)))
 
 
 FORMAT = Format(
