@@ -69,6 +69,15 @@ def test_html_keeps_main_content_and_headings_and_drops_boilerplate():
     assert out.layout.pages is None
 
 
+def test_html_code_blocks_keep_their_lines():
+    page = ('<html><body><article><h1>Scope</h1><p>A scope is the range within a program for which an item '
+            'is valid, from its declaration to the end of the block.</p><pre><code>fn main() {\n'
+            '    let s = "hello";\n}</code></pre><p>The variable s is valid until the closing brace of '
+            'the function body.</p></article></body></html>')
+    out = html.extract(page.encode('utf-8'), 'scope.html')
+    assert '\n\nfn main() {\n    let s = "hello";\n}\n\n' in out.text
+
+
 def test_html_honours_meta_charset_latin1():
     page = ('<html><head><meta charset="iso-8859-1"><title>Caf\xe9 cr\xe8me</title></head><body><article>'
             '<h1>Le caf\xe9</h1><p>Un caf\xe9 cr\xe8me se boit le matin, avec une tartine beurr\xe9e '

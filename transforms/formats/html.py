@@ -75,6 +75,11 @@ def _blocks(element) -> Iterator[tuple[str, str]]:
         cells = [_inline_text(cell) for cell in element.iter('cell')]
         yield 'row', ' | '.join(cells)
         return
+    if tag == 'code' and not any(child.tag in _INNER_BLOCKS for child in element.iterdescendants()):
+        # A code block keeps its lines: collapsing them would glue statements together.
+        lines = [line.rstrip() for line in ''.join(element.itertext()).splitlines()]
+        yield tag, '\n'.join(lines).strip('\n')
+        return
     if tag in _BLOCKS and not any(child.tag in _INNER_BLOCKS for child in element.iterdescendants()):
         yield (element.get('rend', 'h2') if tag == 'head' else tag), _inline_text(element)
         return
@@ -99,7 +104,8 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
     removed by trafilatura. Each heading becomes a line of its own (so the
     recursive chunker cuts before it) and is recorded in the layout; blocks
     are separated by a blank line, consecutive list items and table rows by a
-    newline; a table row is its cells joined by " | ".
+    newline; a table row is its cells joined by " | "; whitespace is
+    collapsed except in code blocks, which keep their lines.
 
     Args:
       data: The raw file.
