@@ -100,5 +100,8 @@ def test_mixed_formats_build_with_exact_offsets_pages_and_headings(mixed_corpus,
     assert again['reexported.pdf']['text'] == documents['reexported.pdf']['text']
     assert again['reexported.pdf']['source_hash'] != documents['reexported.pdf']['source_hash']
     rechunked = pq.read_table(root / 'runs' / 'r2' / 'chunks').to_pylist()
+    # Its chunks were not embedded again, but carry the new file's metadata.
+    assert {json.loads(c['metadata'])['title'] for c in rechunked if c['doc_id'] == 'reexported.pdf'} == {
+        'Second export'}
     assert [(c['chunk_id'], c['text'], c['metadata']) for c in rechunked if c['doc_id'] != 'reexported.pdf'] == [
         (c['chunk_id'], c['text'], c['metadata']) for c in chunks if c['doc_id'] != 'reexported.pdf']

@@ -96,6 +96,10 @@ def test_html_bom_wins_and_undeclared_bytes_must_be_utf8():
     reason, detail = html.decode_html(b'<meta charset="utf-8">' + body.encode('latin-1'))
     assert reason == html.HTML_BAD_ENCODING and 'invalid utf-8' in detail
     assert html.decode_html(b'<meta charset="klingon">x')[0] == html.HTML_BAD_ENCODING
+    # Latin-1 labels mean windows-1252, as in browsers: 0x93/0x94 are curly quotes.
+    assert html.decode_html(b'<meta charset=ISO-8859-1><p>\x93caf\xe9\x94') == '<meta charset=ISO-8859-1><p>\u201ccaf\xe9\u201d'
+    xml = '<?xml version="1.0" encoding="iso-8859-15"?><p>50 \u20ac</p>'
+    assert html.decode_html(xml.encode('iso-8859-15')) == xml
 
 
 def test_html_without_content_is_rejected():

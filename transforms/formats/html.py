@@ -19,6 +19,12 @@ NOT_UTF8 = 'not_utf8'  # the same code read.py gives a text file that is not UTF
 _PRESCAN_BYTES = 1024
 _META_CHARSET = re.compile(
     rb'<meta[^>]*?charset\s*=\s*["\']?\s*([A-Za-z0-9_.:-]+)', re.IGNORECASE)
+_XML_ENCODING = re.compile(rb'^\s*<\?xml[^>]*?encoding\s*=\s*["\']([A-Za-z0-9_.:-]+)', re.IGNORECASE)
+# As browsers do (WHATWG Encoding): pages labelled Latin-1 or ASCII are windows-1252,
+# whose 0x80-0x9F are curly quotes and dashes, not control characters.
+_WINDOWS_1252_LABELS = frozenset({
+    'iso-8859-1', 'iso8859-1', 'iso_8859-1', 'latin1', 'latin-1', 'l1', 'cp819', 'ibm819',
+    'ascii', 'us-ascii', 'windows-1252', 'cp1252', 'x-cp1252'})
 _BOMS = ((codecs.BOM_UTF8, 'utf-8'), (codecs.BOM_UTF16_LE, 'utf-16-le'), (codecs.BOM_UTF16_BE, 'utf-16-be'))
 _HEADING_LEVEL = re.compile(r'^h([1-6])$')
 # Elements of trafilatura's output whose text is one block of ours.
@@ -30,7 +36,7 @@ _WHITESPACE = re.compile(r'\s+')
 
 
 def decode_html(data: bytes) -> Union[str, tuple[str, str]]:
-    """Decodes a page by its BOM, else its `<meta charset>`, else as UTF-8.
+    """Decodes a page by its BOM, else its `<meta charset>` or XML declaration, else as UTF-8.
 
     Never with replacement characters: bytes that are invalid in the
     encoding they claim make the page rejected, not silently altered.
@@ -43,9 +49,11 @@ def decode_html(data: bytes) -> Union[str, tuple[str, str]]:
             declared, data = f'BOM {encoding}', data[len(bom):]
             break
     else:
-        match = _META_CHARSET.search(data[:_PRESCAN_BYTES])
+        match = _META_CHARSET.search(data[:_PRESCAN_BYTES]) or _XML_ENCODING.search(data[:_PRESCAN_BYTES])
         encoding = match.group(1).decode('ascii').lower() if match else None
-        declared = f'<meta charset={encoding}>' if encoding else None
+        declared = f'declared charset {encoding}' if encoding else None
+        if encoding in _WINDOWS_1252_LABELS:
+            encoding = 'cp1252'
     if encoding is None:
         try:
             return data.decode('utf-8')
