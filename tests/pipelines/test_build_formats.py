@@ -105,3 +105,21 @@ def test_mixed_formats_build_with_exact_offsets_pages_and_headings(mixed_corpus,
         'Second export'}
     assert [(c['chunk_id'], c['text'], c['metadata']) for c in rechunked if c['doc_id'] != 'reexported.pdf'] == [
         (c['chunk_id'], c['text'], c['metadata']) for c in chunks if c['doc_id'] != 'reexported.pdf']
+
+
+@pytest.mark.parametrize('spec,message', [('pdf=10XB', 'not a positive size'), ('xls=1MB', 'is not FORMAT=SIZE')])
+def test_bad_max_file_bytes_fails_before_running(mixed_corpus, tmp_path, spec, message):
+    corpus, _ = mixed_corpus
+    with pytest.raises(ValueError, match=message):
+        build(corpus, tmp_path / 'out', '--max_file_bytes', spec)
+    assert not (tmp_path / 'out').exists()
+
+
+def test_max_file_bytes_flag_reaches_the_readers(mixed_corpus, tmp_path):
+    corpus, _ = mixed_corpus
+    manifest = build(corpus, tmp_path / 'out', '--max_file_bytes', 'pdf=100B,html=none')
+    assert manifest['config']['max_file_bytes']['pdf'] == 100
+    assert manifest['config']['max_file_bytes']['html'] is None
+    rejected = pq.read_table(tmp_path / 'out' / 'rejected').to_pylist()
+    assert {r['source'].rsplit('/', 1)[1] for r in rejected if r['reason'] == formats.FILE_TOO_LARGE} == {
+        'report.pdf', 'reexported.pdf', 'secret.pdf', 'scan.pdf', 'truncated.pdf'}
