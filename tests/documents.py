@@ -63,8 +63,10 @@ def encrypt_pdf(data: bytes, user_password: str) -> bytes:
 
 
 def make_docx(blocks: Sequence[tuple], title: Optional[str] = None) -> bytes:
-    """A .docx from `('heading', level, text)`, `('p', text)` and `('table', [[cell, ...], ...])`."""
+    """A .docx from `('heading', level, text)`, `('p', text)`, `('table', [[cell, ...], ...])`
+    and `('styled', style, based_on, text)` (a paragraph in a new style based on another)."""
     import docx
+    from docx.enum.style import WD_STYLE_TYPE
 
     document = docx.Document()
     if title:
@@ -74,6 +76,11 @@ def make_docx(blocks: Sequence[tuple], title: Optional[str] = None) -> bytes:
             document.add_heading(block[2], level=block[1])
         elif block[0] == 'p':
             document.add_paragraph(block[1])
+        elif block[0] == 'styled':  # ('styled', style name, based on, text)
+            if block[1] not in [s.name for s in document.styles]:
+                style = document.styles.add_style(block[1], WD_STYLE_TYPE.PARAGRAPH)
+                style.base_style = document.styles[block[2]]
+            document.add_paragraph(block[3], style=block[1])
         else:
             rows = block[1]
             table = document.add_table(rows=len(rows), cols=len(rows[0]))

@@ -159,6 +159,13 @@ def test_docx_paragraphs_headings_and_table_rows():
     assert out.metadata == {'format': 'docx', 'title': 'Bike maintenance'}
 
 
+def test_docx_heading_styles_based_on_heading_n_are_headings():
+    data = make_docx([('styled', 'Report Heading', 'Heading 2', 'Findings'), ('p', 'Nothing broke.'),
+                      ('styled', 'Quote Text', 'Normal', 'Not a heading.')])
+    out = docx.extract(data, 'report.docx')
+    assert headings_of(out) == [(2, 'Findings')]
+
+
 def test_broken_or_empty_docx_is_rejected():
     assert docx.extract(b'PK\x03\x04 not a zip', 'x.docx').reason == docx.DOCX_CORRUPT
     assert docx.extract(make_docx([('p', '   ')]), 'e.docx').reason == docx.DOCX_NO_TEXT

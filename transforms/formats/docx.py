@@ -21,11 +21,21 @@ _TITLE_LEVEL = 0
 
 
 def _heading_level(paragraph) -> Union[int, None]:
-    name = paragraph.style.name if paragraph.style is not None else ''
-    if name == 'Title':
-        return _TITLE_LEVEL
-    match = _HEADING_STYLE.match(name or '')
-    return int(match.group(1)) if match else None
+    """The heading level of a paragraph's style or of the style it is based on, else None.
+
+    Templates often define their own heading styles based on "Heading N".
+    """
+    style = paragraph.style
+    seen = set()
+    while style is not None and style.style_id not in seen:
+        seen.add(style.style_id)
+        if style.name == 'Title':
+            return _TITLE_LEVEL
+        match = _HEADING_STYLE.match(style.name or '')
+        if match:
+            return int(match.group(1))
+        style = style.base_style
+    return None
 
 
 def _row_text(row) -> str:
