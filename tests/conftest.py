@@ -60,7 +60,7 @@ def corpus_dir(tmp_path):
         'rejected': {
             'latin1.txt': 'not_utf8',
             'blank.md': 'empty_text',
-            'slides.pdf': 'unsupported_type',
+            'slides.pdf': 'pdf_corrupt',  # a PDF header and nothing else
             'records.jsonl:2': 'empty_text',
             'records.jsonl:3': 'missing_id',
             'records.jsonl:4': 'invalid_metadata',

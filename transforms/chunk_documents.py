@@ -10,6 +10,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import feature_cache
 from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
+from transforms.layout import chunk_metadata
 from transforms.models import SharedModel
 from transforms.semantic_chunking import semantic_spans
 from transforms.text import content_hash, text_key
@@ -22,7 +23,11 @@ def document_chunks(document: Document, spans, tokens: TokenIndex) -> list[Chunk
 
 
 def chunks_of_spans(document: Document, spans: Sequence[tuple[int, int, int]]) -> list[Chunk]:
-    """Builds the chunks of a document from `(char_start, char_end, n_tokens)`, in order."""
+    """Builds the chunks of a document from `(char_start, char_end, n_tokens)`, in order.
+
+    Each chunk's metadata is its document's plus, for extracted formats, the
+    pages and heading path of its own span (`transforms.layout`).
+    """
     chunks = []
     for index, (start, end, n_tokens) in enumerate(spans):
         text = document.text[start:end]
@@ -36,7 +41,7 @@ def chunks_of_spans(document: Document, spans: Sequence[tuple[int, int, int]]) -
                 char_end=end,
                 n_tokens=n_tokens,
                 content_hash=content_hash(text),
-                metadata=document.metadata,
+                metadata=chunk_metadata(document.metadata, document.layout, start, end),
             )
         )
     return chunks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -16,11 +17,12 @@ from apache_beam.metrics import Metrics
 
 from transforms import records
 from transforms.records import DEFAULT_MAX_METADATA_BYTES
+from transforms import formats
 from transforms.types import Document, Rejected
 
-TEXT_SUFFIXES = ('.txt', '.md')
-JSONL_SUFFIX = '.jsonl'
-PARQUET_SUFFIX = '.parquet'
+TEXT_SUFFIXES = formats.TEXT.suffixes
+JSONL_SUFFIX = formats.JSONL.suffixes[0]
+PARQUET_SUFFIX = formats.PARQUET.suffixes[0]
 DEFAULT_MAX_DOC_CHARS = 5_000_000
 _GLOB_CHARS = re.compile(r'[*?\[]')
 
@@ -160,19 +162,25 @@ def relative_id(path: str, root: str) -> str:
 
 def read_file(
     path: str, root: str, max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
+    max_file_bytes: Optional[dict] = None,
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
 ) -> Iterator[Record]:
     """Parses one input file into documents and rejected records.
 
-    `.txt`/`.md` give one document; `.jsonl` one per line (`id`, `text`,
-    optional `metadata` object); `.parquet` one per row (same columns).
-    Bytes that are not UTF-8 are rejected, not decoded with replacement: a
-    replaced character would silently change the text that offsets point into.
+    The format comes from the suffix (see `transforms.formats`): `.txt`/`.md`
+    give one document; `.jsonl` one per line (`id`, `text`, optional
+    `metadata` object); `.parquet` one per row (same columns); HTML, PDF and
+    DOCX one document of extracted text each. Bytes that are not UTF-8 are
+    rejected, not decoded with replacement: a replaced character would
+    silently change the text that offsets point into.
 
     Args:
       path: The file.
       root: The input root, for relative doc ids.
       max_doc_chars: Longer documents are rejected as `too_large`.
+      max_file_bytes: `{format name: limit or None}` (`formats.resolve_limits`);
+        a larger file is rejected unread beyond the limit. Default: the
+        registry's limits.
       max_metadata_bytes: Documents with larger metadata (as JSON) are
         rejected as `metadata_too_large`.
 
@@ -189,22 +197,56 @@ def read_file(
     if problem:
         yield problem
         return
-    suffix = posixpath.splitext(path)[1].lower()
-    if suffix not in TEXT_SUFFIXES + (JSONL_SUFFIX, PARQUET_SUFFIX):
+    fmt = formats.format_of(path)
+    if fmt is None:
+        suffix = posixpath.splitext(path)[1].lower()
         yield Rejected(path, None, UNSUPPORTED_TYPE, f'unsupported file type {suffix or "(none)"!r}')
         return
+    limit = (max_file_bytes if max_file_bytes is not None else formats.resolve_limits()).get(fmt.name)
     try:
         with FileSystems.open(path) as f:
-            data = f.read()
+            # One byte past the limit tells a too large file without holding it whole.
+            data = f.read() if limit is None else f.read(limit + 1)
     except Exception as e:  # any filesystem error means the file is unusable
         yield Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e}')
         return
-    if suffix in TEXT_SUFFIXES:
-        yield from _read_text(path, relative_id(path, root), data, limits)
-    elif suffix == JSONL_SUFFIX:
+    if limit is not None and len(data) > limit:
+        yield Rejected(path, relative_id(path, root), formats.FILE_TOO_LARGE,
+                       f'larger than the {fmt.name} limit of {limit} bytes (--max_file_bytes)')
+        return
+    if fmt.extract is not None:
+        yield extracted_document(fmt, path, relative_id(path, root), data, *limits)
+    elif fmt is formats.TEXT:
+        for record in _read_text(path, relative_id(path, root), data, limits):
+            yield with_source(record, data)
+    elif fmt is formats.JSONL:
         yield from _read_jsonl(path, data, limits)
     else:
         yield from _read_parquet(path, data, limits)
+
+
+def extracted_document(
+    fmt: formats.Format, path: str, doc_id: str, data: bytes, max_doc_chars: int,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+) -> Record:
+    """The document of a whole file of an extracted format (HTML, PDF, DOCX), or why it is rejected."""
+    try:
+        extracted = fmt.extract(data, path)
+    except Exception as e:  # a parser bug on one odd file must not fail the whole build
+        return Rejected(path, doc_id, formats.EXTRACTION_FAILED, f'{type(e).__name__}: {e}')
+    if isinstance(extracted, Rejected):
+        return dataclasses.replace(extracted, doc_id=doc_id)
+    record = make_document(path, 0, doc_id, extracted.text, extracted.metadata, max_doc_chars, max_metadata_bytes)
+    if isinstance(record, Document):
+        record = dataclasses.replace(record, layout=extracted.layout)
+    return with_source(record, data)
+
+
+def with_source(record: Record, data: bytes) -> Record:
+    """A whole-file document with its raw file's size and hash; other records unchanged."""
+    if not isinstance(record, Document):
+        return record
+    return dataclasses.replace(record, source_bytes=len(data), source_hash=formats.file_hash(data))
 
 
 def _decode(source: str, doc_id: Optional[str], data: bytes) -> Union[str, Rejected]:
@@ -355,9 +397,11 @@ def resolve_duplicates(doc_id: str, documents: Iterable[Document]) -> Iterator[R
 
 
 class _ReadFileFn(beam.DoFn):
-    def __init__(self, root: str, max_doc_chars: int, max_metadata_bytes: int):
+    def __init__(self, root: str, max_doc_chars: int, max_file_bytes: Optional[dict] = None,
+                 max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES):
         self._root = root
         self._max_doc_chars = max_doc_chars
+        self._max_file_bytes = max_file_bytes
         self._max_metadata_bytes = max_metadata_bytes
         self._files = Metrics.counter('read', 'files')
         self._documents = Metrics.counter('read', 'documents')
@@ -366,7 +410,8 @@ class _ReadFileFn(beam.DoFn):
     def process(self, path: str):
         self._files.inc()
         started = time.perf_counter()
-        parsed = list(read_file(path, self._root, self._max_doc_chars, self._max_metadata_bytes))
+        parsed = list(read_file(
+            path, self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         for record in parsed:
             if isinstance(record, Rejected):
@@ -399,12 +444,16 @@ class ReadDocuments(beam.PTransform):
     """
 
     def __init__(
-        self, pattern: str, max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
+        self, pattern: str, max_doc_chars: int = DEFAULT_MAX_DOC_CHARS, max_file_bytes: Optional[dict] = None,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     ):
         super().__init__()
         if max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {max_doc_chars}')
+        self._max_file_bytes = formats.resolve_limits() if max_file_bytes is None else dict(max_file_bytes)
+        bad = {name: n for name, n in self._max_file_bytes.items() if n is not None and n <= 0}
+        if bad:
+            raise ValueError(f'max_file_bytes must be > 0, got {bad}')
         if max_metadata_bytes <= 0:
             raise ValueError(f'max_metadata_bytes must be > 0, got {max_metadata_bytes}')
         self._max_metadata_bytes = max_metadata_bytes
@@ -418,8 +467,8 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | 'ListFiles' >> beam.Create(self._paths)
             | 'ParseFiles'
-            >> beam.ParDo(
-                _ReadFileFn(self._root, self._max_doc_chars, self._max_metadata_bytes)).with_outputs(
+            >> beam.ParDo(_ReadFileFn(
+                self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes)).with_outputs(
                 'rejected', main='documents'
             )
         )

@@ -9,6 +9,20 @@ import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the pages and headings of an extracted document are in its text.
+
+    Attributes:
+      pages: `(start, end)` offsets of each page's text, page 1 first; None
+        when the format has no pages.
+      headings: `(offset, level, text)` of each heading line, in text order;
+        None when the format has no headings.
+    """
+    pages: Optional[tuple[tuple[int, int], ...]] = None
+    headings: Optional[tuple[tuple[int, int, str], ...]] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Document:
     """One input document.
 
@@ -18,12 +32,19 @@ class Document:
       path: The file it came from.
       position: Line (`.jsonl`) or row (`.parquet`) number from 1; 0 for a whole file.
       metadata: The record's metadata as a JSON string, or None.
+      layout: Pages and headings of a document extracted from HTML, PDF or DOCX.
+      source_bytes: Size of the raw file a whole-file document was read from.
+      source_hash: blake2b of that raw file, so a changed file with the same
+        text is told apart from an unchanged one.
     """
     doc_id: str
     text: str
     path: str
     position: int = 0
     metadata: Optional[str] = None
+    layout: Optional[Layout] = None
+    source_bytes: Optional[int] = None
+    source_hash: Optional[str] = None
 
     @property
     def source(self) -> str:

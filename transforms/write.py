@@ -68,7 +68,12 @@ DROPPED_SCHEMA = pa.schema(
 )
 IDS_SCHEMA = pa.schema([('chunk_id', pa.string())])
 DOCUMENT_SCHEMA = pa.schema(
-    [('doc_id', pa.string()), ('source', pa.string()), ('chars', pa.int64()), ('text_key', pa.string())]
+    [
+        ('doc_id', pa.string()), ('source', pa.string()), ('chars', pa.int64()), ('text_key', pa.string()),
+        # The text chunk offsets index into (extracted, for HTML/PDF/DOCX), and the raw
+        # file it came from: size and blake2b (null for .jsonl/.parquet records).
+        ('text', pa.string()), ('source_bytes', pa.int64()), ('source_hash', pa.string()),
+    ]
 )
 
 
@@ -122,7 +127,8 @@ def documents_table(documents: Iterable[Document]) -> pa.Table:
     """Indexed documents sorted by doc_id, in DOCUMENT_SCHEMA (text_key: hash of the exact text)."""
     rows = sorted(documents, key=lambda d: d.doc_id)
     return pa.Table.from_pylist(
-        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text)}
+        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text),
+          'text': d.text, 'source_bytes': d.source_bytes, 'source_hash': d.source_hash}
          for d in rows],
         schema=DOCUMENT_SCHEMA,
     )

@@ -1,5 +1,6 @@
 """Readers: every input kind, every rejection reason, and duplicate ids."""
 
+import dataclasses
 import json
 
 import apache_beam as beam
@@ -7,7 +8,9 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import read
+from tests.documents import make_pdf
+from transforms import formats, read
+from transforms.formats import pdf
 from transforms.types import Document, Rejected
 
 
@@ -46,10 +49,51 @@ def test_not_utf8_is_rejected_with_byte_position(corpus_dir):
     assert rejected.reason == read.NOT_UTF8 and 'byte 3' in rejected.detail
 
 
-@pytest.mark.parametrize('name,reason', [('blank.md', read.EMPTY_TEXT), ('slides.pdf', read.UNSUPPORTED_TYPE)])
+# slides.pdf is a bare PDF header: read as a PDF since PDFs are supported, and found corrupt.
+@pytest.mark.parametrize('name,reason', [('blank.md', read.EMPTY_TEXT), ('slides.pdf', pdf.PDF_CORRUPT)])
 def test_unusable_files_are_rejected(corpus_dir, name, reason):
     root, _ = corpus_dir
     assert reasons(read.read_file(f'{root}/{name}', str(root))) == [(name, reason)]
+
+
+def test_unsupported_suffix_is_rejected(tmp_path):
+    (tmp_path / 'deck.pptx').write_bytes(b'PK')
+    [rejected] = read.read_file(str(tmp_path / 'deck.pptx'), str(tmp_path))
+    assert (rejected.reason, rejected.detail) == (read.UNSUPPORTED_TYPE, "unsupported file type '.pptx'")
+
+
+def test_extracted_file_is_one_document_with_layout_and_source(tmp_path):
+    data = make_pdf(['Apples grow on trees.', 'Pears do too.'])
+    (tmp_path / 'fruit.pdf').write_bytes(data)
+    [doc] = read.read_file(str(tmp_path / 'fruit.pdf'), str(tmp_path))
+    assert (doc.doc_id, doc.text) == ('fruit.pdf', 'Apples grow on trees.\n\nPears do too.')
+    assert doc.layout.pages == ((0, 21), (23, 36))
+    assert json.loads(doc.metadata) == {'format': 'pdf', 'page_count': 2}
+    assert (doc.source_bytes, doc.source_hash) == (len(data), formats.file_hash(data))
+
+
+def test_text_file_carries_its_source_size_and_hash(corpus_dir):
+    root, _ = corpus_dir
+    [doc] = read.read_file(f'{root}/pasta.txt', str(root))
+    data = (root / 'pasta.txt').read_bytes()
+    assert (doc.source_bytes, doc.source_hash, doc.layout) == (len(data), formats.file_hash(data), None)
+
+
+def test_file_over_its_format_limit_is_rejected_unparsed(tmp_path):
+    (tmp_path / 'big.pdf').write_bytes(make_pdf(['x' * 200]))
+    limits = formats.resolve_limits('pdf=100B')
+    [rejected] = read.read_file(str(tmp_path / 'big.pdf'), str(tmp_path), max_file_bytes=limits)
+    assert (rejected.reason, rejected.doc_id) == (formats.FILE_TOO_LARGE, 'big.pdf')
+    assert 'pdf limit of 100 bytes' in rejected.detail
+
+
+def test_extractor_crash_becomes_a_rejected_row():
+    def broken(data, path):
+        raise RuntimeError('parser bug')
+
+    fmt = dataclasses.replace(formats.html.FORMAT, extract=broken)
+    rejected = read.extracted_document(fmt, 'in/page.html', 'page.html', b'<p>hello</p>', 100)
+    assert (rejected.reason, rejected.detail) == (formats.EXTRACTION_FAILED, 'RuntimeError: parser bug')
 
 
 def test_missing_file_is_unreadable(tmp_path):
