@@ -329,7 +329,9 @@ def build_bm25(texts: Sequence[str]):
         # the only entry scores every row 0, as no shared term would.
         tokenized = bm25s.tokenization.Tokenized(ids=tokenized.ids, vocab={'': 0})
     retriever = bm25s.BM25()
-    retriever.index(tokenized, show_progress=False)
+    # Texts without a term have length 0: their (unused) length norm divides by 0.
+    with np.errstate(divide='ignore', invalid='ignore'):
+        retriever.index(tokenized, show_progress=False)
     return retriever
 
 
