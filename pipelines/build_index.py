@@ -17,8 +17,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import changes, snapshots
-from transforms import dedup, feature_cache, formats, read, write
+from pipelines import changes, cli, snapshots
+from transforms import dedup, feature_cache, formats, read, records, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
@@ -109,6 +109,15 @@ class BuildIndexOptions(PipelineOptions):
                                  f'{formats.FILE_TOO_LARGE}. Defaults: '
                                  + ', '.join(f'{n}={formats.format_size(b)}'
                                              for n, b in formats.resolve_limits().items()) + '.')
+        parser.add_argument('--max_metadata_bytes', type=int, default=records.DEFAULT_MAX_METADATA_BYTES,
+                            help='Documents whose metadata (as JSON, copied into every chunk) is '
+                                 'larger are rejected as metadata_too_large.')
+        parser.add_argument('--allow_empty', action='store_true', default=False,
+                            help='Publish an index even when every record was rejected; by default '
+                                 'such a build fails and publishes nothing.')
+        parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
+                            help='With --versioned, a run replaced as LATEST less than this long ago '
+                                 'is not pruned, so queries that just opened it can finish.')
         parser.add_argument('--versioned', action='store_true', default=False,
                             help='Treat --output as a versioned root: write the run to '
                                  'OUTPUT/runs/<run_id>/, then point OUTPUT/LATEST at it.')
@@ -140,6 +149,9 @@ class BuildConfig:
     run_id: Optional[str] = None
     keep_runs: int = 7
     cache: Optional[str] = None
+    max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
+    allow_empty: bool = False
+    prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
 
     def __post_init__(self):
         if self.max_doc_chars <= 0:
@@ -147,6 +159,10 @@ class BuildConfig:
         if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
                 n is not None and n <= 0 for n in self.max_file_bytes.values()):
             raise ValueError(f'max_file_bytes needs a limit > 0 or None per format, got {self.max_file_bytes}')
+        if self.max_metadata_bytes <= 0:
+            raise ValueError(f'--max_metadata_bytes must be > 0, got {self.max_metadata_bytes}')
+        if not 0 <= self.prune_grace_seconds < float('inf'):
+            raise ValueError(f'--prune_grace_seconds must be a finite number >= 0, got {self.prune_grace_seconds}')
         if self.keep_runs < 1:
             raise ValueError(f'--keep_runs must be >= 1, got {self.keep_runs}')
         if self.run_id is not None:
@@ -180,6 +196,9 @@ class BuildConfig:
             run_id=options.run_id,
             keep_runs=options.keep_runs,
             cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
+            max_metadata_bytes=options.max_metadata_bytes,
+            allow_empty=options.allow_empty,
+            prune_grace_seconds=options.prune_grace_seconds,
         )
 
 
@@ -224,6 +243,7 @@ def config_flags(path: str) -> list[str]:
         raise ValueError(f'cannot read --config {path}: {e}') from e
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
+    cli.check_known_flags([], [str(k) for k in values], path)
     flags = []
     for key, value in values.items():
         if isinstance(value, bool):
@@ -243,6 +263,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--config')
     known, _ = pre.parse_known_args(argv)
+    cli.check_known_flags(argv)
     if known.config:
         argv = config_flags(known.config) + argv
     return PipelineOptions(argv)
@@ -273,7 +294,8 @@ def build_pipeline(
       features, before filtering), 'kept' (Chunk) and 'dropped' (Dropped).
     """
     model = model or SharedModel(config.embedding.model, config.embedding.device)
-    inputs = p | 'ReadDocuments' >> read.ReadDocuments(config.input, config.max_doc_chars, config.max_file_bytes)
+    inputs = p | 'ReadDocuments' >> read.ReadDocuments(
+        config.input, config.max_doc_chars, config.max_file_bytes, config.max_metadata_bytes)
     chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
         model, config.chunker, config.embedding.batch_size, cache)
     if cache:
@@ -369,7 +391,7 @@ class Target:
 def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     """Picks this run's directory and deletes what killed runs left behind.
 
-    Call with the lock held (see `snapshots.lock`).
+    Call with the output's lock held (see `build_locks`).
 
     Returns:
       The target and the deleted leftovers.
@@ -379,6 +401,7 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     """
     debris = feature_cache.delete_incomplete(config.cache) if config.cache else []
     if not config.versioned:
+        debris += write.clean_staging(config.output)
         write.check_replaceable(config.output)
         has_build = FileSystems.exists(posixpath.join(config.output, write.MANIFEST_FILE))
         previous = config.output if has_build else None
@@ -409,58 +432,136 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     A versioned run writes `runs/<run_id>/`, manifest.json last, then commits
     its cache generation, points LATEST at it and prunes old runs; a plain
     run writes a staging directory and renames it over --output. Either way a
-    run killed before the end leaves the published index as it was.
+    run killed before the end leaves the published index as it was, and a
+    run that fails deletes what it wrote. The output's lock is taken before
+    anything is loaded, so a second build to the same output fails at once.
+
+    Raises:
+      ValueError: For bad settings or paths, a locked output, or a build in
+        which every record was rejected (unless --allow_empty).
     """
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
     LOG.setLevel(logging.INFO)
     options = parse_args(argv)
     config = BuildConfig.from_options(options.view_as(BuildIndexOptions))
+    check_paths(config)
+    with contextlib.ExitStack() as stack:
+        for path, root in build_locks(config):
+            stack.enter_context(snapshots.lock_file(root, path))
+        target, debris = prepare_target(config)
+        if debris:
+            LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
+        try:
+            manifest = build_and_publish(config, options, target)
+        except BaseException:
+            discard(config, target)
+            raise
+    print(summary(manifest, config, target))
+    return manifest
+
+
+def check_paths(config: BuildConfig) -> None:
+    """Refuses outputs and caches that cannot be written, before any work.
+
+    Raises:
+      ValueError: If --output or --cache names an existing file, or
+        --versioned names a directory that is no versioned root.
+    """
+    if config.versioned:
+        snapshots.check_root(config.output)
+    else:
+        write.check_replaceable(config.output)
+    if config.cache and '://' not in config.cache:
+        import os
+
+        if os.path.exists(config.cache) and not os.path.isdir(config.cache):
+            raise ValueError(f'--cache {config.cache!r} is a file, not a directory')
+
+
+def build_locks(config: BuildConfig) -> list[tuple[str, str]]:
+    """`(lock file, root it guards)` of the output and of the cache, in a fixed order."""
+    output = config.output
+    locks = {(posixpath.join(output, snapshots.LOCK_FILE) if config.versioned
+              else snapshots.plain_lock_path(output), output)}
+    if config.cache:
+        locks.add((posixpath.join(config.cache, snapshots.LOCK_FILE), config.cache))
+    return sorted(locks)
+
+
+def discard(config: BuildConfig, target: Target) -> None:
+    """Deletes what a failed run wrote: its staging directory, or its run unless complete."""
+    try:
+        if not FileSystems.exists(target.directory):
+            return  # nothing written yet, or a plain run that was published
+        if config.versioned and FileSystems.exists(posixpath.join(target.directory, write.MANIFEST_FILE)):
+            return  # complete: a valid run even if LATEST does not name it
+        write.delete_trees([target.directory])
+    except Exception:  # the run's own error matters more; the next run cleans up
+        LOG.exception('could not delete %s', target.directory)
+
+
+def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target) -> dict:
+    """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     handle = SharedModel(config.embedding.model, config.embedding.device)
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
     ner_meta = check_ner(config.filters)
-    locked = sorted(({config.output} if config.versioned else set()) | ({config.cache} if config.cache else set()))
-    with contextlib.ExitStack() as stack:
-        for root in locked:
-            stack.enter_context(snapshots.lock(root))
-        target, debris = prepare_target(config)
-        if debris:
-            LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
-        cache = None
-        if config.cache:
-            cache = feature_cache.CacheRun.open(config.cache, cache_specs(config, model, ner_meta), target.run_id)
-        write.checkpoint('before_pipeline')
-        started = time.perf_counter()
-        pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, config, target.directory, dim, handle, cache)
-        result = pipeline.run()
-        result.wait_until_finish()
-        write.checkpoint('after_pipeline')
-        manifest = make_manifest(
-            config, result, target, cache, dim, max_seq_length, time.perf_counter() - started)
-        log_filters(manifest)
-        report = change_report(target, manifest)
-        LOG.info(changes.summary_line(report))
-        write.write_json(posixpath.join(target.directory, DIFF_FILE), report)
-        # Last file of a run: its presence is what makes the run complete.
-        write.write_json(posixpath.join(target.directory, write.MANIFEST_FILE), manifest)
-        write.checkpoint('after_manifest')
-        if cache:
-            cache.commit()
-            write.checkpoint('after_cache_commit')
-        if config.versioned:
-            snapshots.write_latest(config.output, target.run_id)
-            write.checkpoint('after_latest')
-            pruned = snapshots.prune_runs(config.output, config.keep_runs)
-            if pruned:
-                LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
-        else:
-            write.publish(target.directory, config.output)
-        if cache:
-            cache.prune()
-    print(summary(manifest, config, target))
+    cache = None
+    if config.cache:
+        cache = feature_cache.CacheRun.open(config.cache, cache_specs(config, model, ner_meta), target.run_id)
+    write.checkpoint('before_pipeline')
+    started = time.perf_counter()
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, config, target.directory, dim, handle, cache)
+    result = pipeline.run()
+    result.wait_until_finish()
+    write.checkpoint('after_pipeline')
+    manifest = make_manifest(
+        config, result, target, cache, dim, max_seq_length, time.perf_counter() - started)
+    check_not_empty(manifest, config, target.directory)
+    log_filters(manifest)
+    report = change_report(target, manifest)
+    LOG.info(changes.summary_line(report))
+    write.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+    # Last file of a run: its presence is what makes the run complete.
+    write.write_json(posixpath.join(target.directory, write.MANIFEST_FILE), manifest)
+    write.checkpoint('after_manifest')
+    if cache:
+        cache.commit()
+        write.checkpoint('after_cache_commit')
+    if config.versioned:
+        snapshots.write_latest(config.output, target.run_id)
+        write.checkpoint('after_latest')
+        pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
+        if pruned:
+            LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
+    else:
+        write.publish(target.directory, config.output)
+    if cache:
+        cache.prune()
     return manifest
+
+
+def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None:
+    """Refuses to publish a build in which no document was indexed, unless --allow_empty.
+
+    Raises:
+      ValueError: With the rejection reasons and a few examples, since the
+        rejected/ table is not published either.
+    """
+    import pyarrow.parquet as pq
+
+    counts = manifest['counts']
+    if counts['documents_indexed'] or config.allow_empty:
+        return
+    reasons = ', '.join(f'{n} {r}' for r, n in counts['rejected_by_reason'].items()) or 'none'
+    with FileSystems.open(posixpath.join(directory, write.REJECTED_DIR, write.PART_NAME)) as f:
+        examples = pq.read_table(f).slice(0, 3).to_pylist()
+    shown = ''.join(f'; e.g. {r["source"]}: {r["reason"]} ({r["detail"]})' for r in examples)
+    raise ValueError(
+        f'no document was indexed from {counts["files"]} files (rejected: {reasons}{shown}): nothing '
+        'was published; pass --allow_empty to publish an empty index')
 
 
 def summary(manifest: dict, config: BuildConfig, target: Target) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 from pipelines import snapshots
 from transforms import retrieval, write
 from transforms.embedding import embed_texts
-from transforms.models import load_embedding_model, resolve_model_path
+from transforms.models import check_device, load_embedding_model, resolve_model_path
 
 LOG = logging.getLogger('ragsieve.query')
 
@@ -128,13 +128,53 @@ def check_index_dir(index: str) -> dict:
         raise ValueError(f'--index {index!r} is not a ragsieve index: no {write.MANIFEST_FILE}')
     if missing:
         raise ValueError(f'--index {index!r} is incomplete: missing {", ".join(missing)}')
-    with open(os.path.join(index, write.MANIFEST_FILE)) as f:
-        manifest = json.load(f)
+    manifest = read_index_file(os.path.join(index, write.MANIFEST_FILE), _read_json)
+    if not isinstance(manifest, dict):
+        raise ValueError(f'{os.path.join(index, write.MANIFEST_FILE)} is corrupt: not a JSON object')
     if manifest.get('counts', {}).get('chunks', 0) and not os.path.isdir(os.path.join(index, write.BM25_DIR)):
         raise ValueError(
             f'--index {index!r} is incomplete: missing {write.BM25_DIR}/ (built before BM25 was '
             'part of the index? rebuild it)')
     return manifest
+
+
+def read_index_file(path: str, load):
+    """`load(path)`, with any failure turned into one line naming the file.
+
+    Raises:
+      ValueError: `PATH is missing` or `PATH is corrupt or unreadable (why)`.
+    """
+    try:
+        return load(path)
+    except FileNotFoundError:
+        raise ValueError(f'{path} is missing: the index is incomplete or was deleted') from None
+    except Exception as e:  # faiss, pyarrow, json and bm25s each raise their own types
+        first_line = (str(e).strip().splitlines() or [''])[0][:300]
+        raise ValueError(f'{path} is corrupt or unreadable ({type(e).__name__}: {first_line})') from None
+
+
+def load_bm25(directory: str):
+    """The BM25 index of `directory`; a failure names the file that broke it.
+
+    Raises:
+      ValueError: As `read_index_file` does.
+    """
+    try:
+        return retrieval.bm25s_module().BM25.load(directory, show_progress=False)
+    except Exception:
+        # bm25s reads several files without saying which one failed: find it.
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if name.endswith('.npy'):
+                read_index_file(path, lambda p: np.load(p, allow_pickle=False))
+            elif name.endswith('.json'):
+                read_index_file(path, _read_json)
+        return read_index_file(directory, lambda p: retrieval.bm25s_module().BM25.load(p, show_progress=False))
+
+
+def _read_json(path: str):
+    with open(path, encoding='utf-8') as f:
+        return json.load(f)
 
 
 def index_model(manifest: dict) -> tuple[str, int]:
@@ -170,13 +210,27 @@ class Retriever:
         model_name: Optional[str] = None,
         device: str = 'cpu',
     ):
+        self.config = config
+        # A versioned root is read through its LATEST pointer, once, and every
+        # file of that run is read here, into memory: a rebuild publishing or
+        # pruning meanwhile does not change what this Retriever serves. Should
+        # the run vanish between reading LATEST and opening its files (pruned
+        # past --prune_grace_seconds), LATEST is read once more.
+        for attempt in (1, 2):
+            directory = snapshots.resolve_index(index)
+            try:
+                self._load(directory, model, model_name, device)
+                break
+            except ValueError:
+                vanished = directory != index and not os.path.isfile(os.path.join(directory, write.MANIFEST_FILE))
+                if attempt == 2 or not vanished:
+                    raise
+                LOG.info('run %s was pruned while it was being opened: reading %s/LATEST again', directory, index)
+
+    def _load(self, index: str, model, model_name: Optional[str], device: str) -> None:
         import faiss
         import pyarrow.parquet as pq
 
-        self.config = config
-        # A versioned root is read through its LATEST pointer, once: a rebuild
-        # publishing meanwhile does not change what this Retriever serves.
-        index = snapshots.resolve_index(index)
         self.index = index
         manifest = check_index_dir(index)
         built_name, built_dim = index_model(manifest)
@@ -194,9 +248,14 @@ class Retriever:
         self.model = model
         self.dim = built_dim
 
-        table = pq.read_table(os.path.join(index, write.CHUNKS_DIR, write.PART_NAME), columns=CHUNK_COLUMNS)
-        ids = pq.read_table(os.path.join(index, write.INDEX_DIR, write.IDS_FILE)).column('chunk_id').to_pylist()
-        self.faiss = faiss.read_index(os.path.join(index, write.INDEX_DIR, write.INDEX_FILE))
+        table = read_index_file(os.path.join(index, write.CHUNKS_DIR, write.PART_NAME),
+                                lambda p: pq.read_table(p, columns=CHUNK_COLUMNS))
+        ids = read_index_file(os.path.join(index, write.INDEX_DIR, write.IDS_FILE),
+                              lambda p: pq.read_table(p).column('chunk_id').to_pylist())
+        faiss_file = os.path.join(index, write.INDEX_DIR, write.INDEX_FILE)
+        self.faiss = read_index_file(faiss_file, faiss.read_index)
+        if self.faiss.d != built_dim:
+            raise ValueError(f'{faiss_file} is corrupt: {self.faiss.d}-dimensional, the manifest says {built_dim}')
         self.chunk_ids = table.column('chunk_id').to_pylist()
         if ids != self.chunk_ids or self.faiss.ntotal != len(ids):
             raise ValueError(
@@ -216,11 +275,10 @@ class Retriever:
         self.bm25_tokenizer = retrieval.BM25_TOKENIZER
         if n:
             bm25_dir = os.path.join(index, write.BM25_DIR)
-            self.bm25 = retrieval.bm25s_module().BM25.load(bm25_dir, show_progress=False)
+            self.bm25 = load_bm25(bm25_dir)
             tokenizer_file = os.path.join(bm25_dir, retrieval.BM25_TOKENIZER_FILE)
             if os.path.isfile(tokenizer_file):
-                with open(tokenizer_file) as f:
-                    self.bm25_tokenizer = json.load(f)
+                self.bm25_tokenizer = read_index_file(tokenizer_file, _read_json)
 
     def search(self, question: str, k: int = 5) -> SearchResult:
         """The k best chunks for a question, without near-duplicates.
@@ -353,6 +411,7 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
         raise ValueError('the question is empty')
     if args.k < 1:
         raise ValueError(f'--k must be >= 1, got {args.k}')
+    check_device(args.device)
     config = retrieval.RetrievalConfig(
         candidates=args.candidates,
         min_relevance=args.min_relevance,

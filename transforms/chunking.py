@@ -28,6 +28,11 @@ RECURSIVE = 'recursive'
 CLUSTER_SEMANTIC = 'cluster_semantic'
 SEMANTIC_BREAKPOINT = 'semantic_breakpoint'
 SEMANTIC_CHUNKERS = (CLUSTER_SEMANTIC, SEMANTIC_BREAKPOINT)
+# Chunks are also capped in characters: one token can be arbitrarily long
+# (BERT's tokenizer makes a whole 50,000-letter "word" one [UNK]) and the
+# whitespace between tokens counts for none. 16 is ~4x an English token.
+MAX_CHARS_PER_TOKEN = 16
+_WHITESPACE_RUN = re.compile(r'\s+')
 
 
 class TokenIndex:
@@ -80,6 +85,34 @@ def strip_span(text: str, start: int, end: int) -> Span:
     while end > start and text[end - 1].isspace():
         end -= 1
     return start, end
+
+
+def max_chunk_chars(chunk_size: int) -> int:
+    """The most characters a chunk of `chunk_size` tokens may span."""
+    return chunk_size * MAX_CHARS_PER_TOKEN
+
+
+def bound_spans(text: str, spans: Sequence[Span], max_chars: int) -> list[Span]:
+    """Cuts every span longer than `max_chars` characters into pieces that are not.
+
+    A span is cut at the last whitespace within the limit, or, with none
+    there, at the limit itself, inside a token. Pieces are stripped of
+    whitespace like every span.
+    """
+    out = []
+    for start, end in spans:
+        while end - start > max_chars:
+            limit = start + max_chars
+            cut = limit
+            for m in _WHITESPACE_RUN.finditer(text, start + 1, limit + 1):
+                cut = m.start()
+            piece = strip_span(text, start, cut)
+            if piece[1] > piece[0]:
+                out.append(piece)
+            start, end = strip_span(text, cut, end)
+        if end > start:
+            out.append((start, end))
+    return out
 
 
 def split_fixed(text: str, tokens: TokenIndex, size: int, overlap: int) -> list[Span]:
@@ -222,6 +255,7 @@ CHUNKERS = (FIXED, RECURSIVE) + SEMANTIC_CHUNKERS
 
 
 def chunk_spans(text: str, tokens: TokenIndex, config: ChunkerConfig) -> list[Span]:
-    """Returns the chunk spans of `text` for a token-based chunker."""
-    return SPLITTERS[config.name](text, tokens, config.chunk_size, config.chunk_overlap)
+    """Returns the chunk spans of `text` for a token-based chunker, at most `max_chunk_chars` long."""
+    spans = SPLITTERS[config.name](text, tokens, config.chunk_size, config.chunk_overlap)
+    return bound_spans(text, spans, max_chunk_chars(config.chunk_size))
 

@@ -10,7 +10,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
+from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, check_device
 from transforms.types import Chunk
 
 # Padding every text to a length derived from the text alone makes its
@@ -39,6 +39,7 @@ class EmbeddingConfig:
     def __post_init__(self):
         if self.batch_size <= 0:
             raise ValueError(f'embed batch_size must be > 0, got {self.batch_size}')
+        check_device(self.device)
 
 
 def padded_length(n_tokens: int, max_length: int, bucket: int = LENGTH_BUCKET) -> int:

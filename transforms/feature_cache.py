@@ -144,7 +144,7 @@ def spans_settings(chunker, embedding: Mapping) -> dict:
     """
     return {
         'chunker': dataclasses.asdict(chunker),
-        'scheme': 'token-spans-v1',
+        'scheme': 'token-spans-v2',  # v2: spans capped at chunking.max_chunk_chars
         'embedding': dict(embedding),
     }
 

@@ -23,6 +23,32 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def check_device(device: str) -> str:
+    """Returns `device` if torch can run a model on it in this process.
+
+    Raises:
+      ValueError: For a name torch does not know (`bogus`) or an accelerator
+        this machine lacks (`cuda` without CUDA), before any work is done.
+    """
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f'--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps): {e}') from None
+    if kind == 'cuda':
+        index = torch.device(device).index or 0
+        if not torch.cuda.is_available():
+            raise ValueError(f'--device {device!r}: CUDA is not available on this machine')
+        if index >= torch.cuda.device_count():
+            raise ValueError(f'--device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here')
+    elif kind == 'mps' and not torch.backends.mps.is_available():
+        raise ValueError(f'--device {device!r}: MPS is not available on this machine')
+    elif kind not in ('cpu', 'cuda', 'mps'):
+        raise ValueError(f'--device {device!r}: only cpu, cuda and mps are supported')
+    return device
+
+
 def load_embedding_model(name_or_path: str, device: str = 'cpu'):
     """Loads a sentence-transformers model from disk, never from a hub.
 

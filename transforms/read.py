@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import posixpath
 import re
 import time
@@ -14,6 +15,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from transforms import records
+from transforms.records import DEFAULT_MAX_METADATA_BYTES
 from transforms import formats
 from transforms.types import Document, Rejected
 
@@ -34,12 +37,25 @@ INVALID_METADATA = 'invalid_metadata'
 TOO_LARGE = 'too_large'
 DUPLICATE_DOC_ID = 'duplicate_doc_id'
 UNSUPPORTED_TYPE = 'unsupported_type'
+INVALID_UNICODE = 'invalid_unicode'
+METADATA_TOO_LARGE = 'metadata_too_large'
+# Listed paths that are no regular file (see `file_problem`); never opened.
+SPECIAL_FILE = 'special_file'
+BROKEN_LINK = 'broken_link'
+REPEATED_DIRECTORY = 'repeated_directory'
+UTF8_BOM = b'\xef\xbb\xbf'
 
 Record = Union[Document, Rejected]
 
 
 def expand_input(pattern: str) -> tuple[str, list[str]]:
     """Resolves `--input` to its root and the sorted files it names.
+
+    An existing path is a path even when it holds glob characters (`dir[1]`).
+    A local directory is walked following symbolic links; every path met is
+    listed, also those that are no regular file (dangling links, link loops,
+    FIFOs, a second link to a directory already walked): `read_file` rejects
+    them with a reason, so the listing accounts for everything it saw.
 
     Args:
       pattern: A file, a directory (read recursively) or a glob, local or on any
@@ -48,6 +64,11 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
     Returns:
       `(root, paths)`: doc ids of text files are paths relative to `root`.
     """
+    if '://' not in pattern and os.path.lexists(pattern):
+        if os.path.isdir(pattern):
+            root = pattern.rstrip('/') or '/'
+            return root, list_local_directory(root)
+        return posixpath.dirname(pattern), [pattern]
     if _GLOB_CHARS.search(pattern):
         prefix = _GLOB_CHARS.split(pattern, 1)[0]
         root = prefix.rstrip('/') if prefix.endswith('/') else posixpath.dirname(prefix)
@@ -62,10 +83,71 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
     return root, sorted(m.path for m in matches)
 
 
+def list_local_directory(root: str) -> list[str]:
+    """Every non-directory path under a local `root`, sorted, through symbolic links.
+
+    A linked directory is walked once: a link to a directory already walked
+    (a loop, or a second name for it) is listed as itself, for `read_file`
+    to reject as REPEATED_DIRECTORY.
+    """
+    paths = []
+    walked = {os.path.realpath(root)}
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            paths.append(directory)  # unreadable: read_file says why
+            continue
+        for entry in entries:
+            path = posixpath.join(directory, entry.name)
+            if os.path.isdir(path):  # False for dangling links and loops: listed, rejected later
+                real = os.path.realpath(path)
+                if real in walked:
+                    paths.append(path)
+                    continue
+                walked.add(real)
+                pending.append(path)
+            else:
+                paths.append(path)
+    return sorted(paths)
+
+
+def file_problem(path: str) -> Optional[Rejected]:
+    """Why a local path cannot be read as a file, found without opening it.
+
+    A FIFO would block `open` forever and a device could stream without end,
+    so the type is checked with `lstat`/`stat` first.
+    """
+    import errno
+    import stat
+
+    try:
+        link = os.lstat(path)
+    except OSError as e:
+        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        if stat.S_ISLNK(link.st_mode):
+            what = 'a symbolic link loop' if e.errno == errno.ELOOP else f'a dangling symbolic link to {os.readlink(path)!r}'
+            return Rejected(path, None, BROKEN_LINK, what)
+        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+    if stat.S_ISDIR(info.st_mode):
+        if not os.access(path, os.R_OK | os.X_OK):
+            return Rejected(path, None, UNREADABLE, 'a directory that cannot be listed')
+        return Rejected(path, None, REPEATED_DIRECTORY,
+                        f'link to directory {os.path.realpath(path)!r}, which is already read')
+    if not stat.S_ISREG(info.st_mode):
+        kind = ('FIFO' if stat.S_ISFIFO(info.st_mode) else 'socket' if stat.S_ISSOCK(info.st_mode)
+                else 'device' if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else 'special file')
+        return Rejected(path, None, SPECIAL_FILE, f'a {kind}, not a regular file: not opened')
+    return None
+
+
 def _is_directory(path: str) -> bool:
     if '://' not in path:
-        import os
-
         return os.path.isdir(path)
     # Object stores have no directories: a path with objects under it is one.
     return bool(FileSystems.match([path.rstrip('/') + '/*'], limits=[1])[0].metadata_list)
@@ -81,6 +163,7 @@ def relative_id(path: str, root: str) -> str:
 def read_file(
     path: str, root: str, max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
     max_file_bytes: Optional[dict] = None,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
 ) -> Iterator[Record]:
     """Parses one input file into documents and rejected records.
 
@@ -98,10 +181,22 @@ def read_file(
       max_file_bytes: `{format name: limit or None}` (`formats.resolve_limits`);
         a larger file is rejected unread beyond the limit. Default: the
         registry's limits.
+      max_metadata_bytes: Documents with larger metadata (as JSON) are
+        rejected as `metadata_too_large`.
 
     Yields:
       `Document` or `Rejected` items, in file order.
     """
+    limits = (max_doc_chars, max_metadata_bytes)
+    if records.surrogate_position(path) is not None:
+        # A file name that is not UTF-8 (Python's surrogateescape): no table can store it as is.
+        shown = path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+        yield Rejected(shown, None, INVALID_UNICODE, 'the file name is not UTF-8')
+        return
+    problem = None if '://' in path else file_problem(path)
+    if problem:
+        yield problem
+        return
     fmt = formats.format_of(path)
     if fmt is None:
         suffix = posixpath.splitext(path)[1].lower()
@@ -120,17 +215,20 @@ def read_file(
                        f'larger than the {fmt.name} limit of {limit} bytes (--max_file_bytes)')
         return
     if fmt.extract is not None:
-        yield extracted_document(fmt, path, relative_id(path, root), data, max_doc_chars)
+        yield extracted_document(fmt, path, relative_id(path, root), data, *limits)
     elif fmt is formats.TEXT:
-        for record in _read_text(path, relative_id(path, root), data, max_doc_chars):
+        for record in _read_text(path, relative_id(path, root), data, limits):
             yield with_source(record, data)
     elif fmt is formats.JSONL:
-        yield from _read_jsonl(path, data, max_doc_chars)
+        yield from _read_jsonl(path, data, limits)
     else:
-        yield from _read_parquet(path, data, max_doc_chars)
+        yield from _read_parquet(path, data, limits)
 
 
-def extracted_document(fmt: formats.Format, path: str, doc_id: str, data: bytes, max_doc_chars: int) -> Record:
+def extracted_document(
+    fmt: formats.Format, path: str, doc_id: str, data: bytes, max_doc_chars: int,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+) -> Record:
     """The document of a whole file of an extracted format (HTML, PDF, DOCX), or why it is rejected."""
     try:
         extracted = fmt.extract(data, path)
@@ -138,7 +236,7 @@ def extracted_document(fmt: formats.Format, path: str, doc_id: str, data: bytes,
         return Rejected(path, doc_id, formats.EXTRACTION_FAILED, f'{type(e).__name__}: {e}')
     if isinstance(extracted, Rejected):
         return dataclasses.replace(extracted, doc_id=doc_id)
-    record = make_document(path, 0, doc_id, extracted.text, extracted.metadata, max_doc_chars)
+    record = make_document(path, 0, doc_id, extracted.text, extracted.metadata, max_doc_chars, max_metadata_bytes)
     if isinstance(record, Document):
         record = dataclasses.replace(record, layout=extracted.layout)
     return with_source(record, data)
@@ -158,31 +256,59 @@ def _decode(source: str, doc_id: Optional[str], data: bytes) -> Union[str, Rejec
         return Rejected(source, doc_id, NOT_UTF8, f'invalid UTF-8 at byte {e.start}')
 
 
-def _read_text(path, doc_id, data, max_doc_chars) -> Iterator[Record]:
+def _read_text(path, doc_id, data, limits) -> Iterator[Record]:
     text = _decode(path, doc_id, data)
     if isinstance(text, Rejected):
         yield text
         return
-    yield make_document(path, 0, doc_id, text, None, max_doc_chars)
+    yield make_document(path, 0, doc_id, text, None, *limits)
 
 
-def _read_jsonl(path, data, max_doc_chars) -> Iterator[Record]:
-    content = _decode(path, None, data)
-    if isinstance(content, Rejected):
-        yield content
-        return
-    for line_no, line in enumerate(content.splitlines(), start=1):
-        if not line.strip():
+def _read_jsonl(path, data, limits) -> Iterator[Record]:
+    # Lines end at b"\n" only: U+2028, U+2029 and U+0085 (which str.splitlines
+    # also breaks at) are legal inside JSON strings. Each line is decoded on
+    # its own, so one bad byte costs one record, not the file.
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+    for line_no, raw in enumerate(data.split(b'\n'), start=1):
+        if not raw.strip():
             continue  # blank lines separate nothing and hold no record
+        source = f'{path}:{line_no}'
+        try:
+            line = raw.decode('utf-8')
+        except UnicodeDecodeError as e:
+            yield Rejected(source, None, NOT_UTF8, f'invalid UTF-8 at byte {e.start} of line {line_no}')
+            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            yield Rejected(f'{path}:{line_no}', None, INVALID_RECORD, f'invalid JSON: {e.msg}')
+            yield Rejected(source, None, INVALID_RECORD, f'invalid JSON: {e.msg}')
             continue
-        yield from _from_record(path, line_no, record, max_doc_chars)
+        except RecursionError:
+            yield Rejected(source, None, INVALID_RECORD, 'invalid JSON: nested too deeply to parse')
+            continue
+        except ValueError as e:  # e.g. an integer of more than 4300 digits
+            yield Rejected(source, None, INVALID_RECORD, f'invalid JSON: {e}')
+            continue
+        yield from _from_record(path, line_no, record, limits)
 
 
-def _read_parquet(path, data, max_doc_chars) -> Iterator[Record]:
+def _parquet_rows(table) -> Iterator[Union[dict, Exception]]:
+    """The table's rows as dicts; a row pyarrow cannot convert (e.g. a date
+    beyond year 9999) is yielded as its exception instead."""
+    try:
+        yield from table.to_pylist()
+        return
+    except Exception:  # pyarrow raises several types; find the rows one by one
+        pass
+    for i in range(table.num_rows):
+        try:
+            yield table.slice(i, 1).to_pylist()[0]
+        except Exception as e:
+            yield e
+
+
+def _read_parquet(path, data, limits) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
     try:
@@ -194,11 +320,14 @@ def _read_parquet(path, data, max_doc_chars) -> Iterator[Record]:
     if missing:
         yield Rejected(path, None, INVALID_RECORD, f'missing column(s) {sorted(missing)}')
         return
-    for row_no, record in enumerate(table.to_pylist(), start=1):
-        yield from _from_record(path, row_no, record, max_doc_chars)
+    for row_no, record in enumerate(_parquet_rows(table), start=1):
+        if isinstance(record, Exception):
+            yield Rejected(f'{path}:{row_no}', None, INVALID_RECORD, f'unreadable row: {type(record).__name__}: {record}')
+            continue
+        yield from _from_record(path, row_no, record, limits)
 
 
-def _from_record(path, position, record, max_doc_chars) -> Iterator[Record]:
+def _from_record(path, position, record, limits) -> Iterator[Record]:
     source = f'{path}:{position}'
     if not isinstance(record, dict):
         yield Rejected(source, None, INVALID_RECORD, 'a record must be a JSON object')
@@ -209,6 +338,12 @@ def _from_record(path, position, record, max_doc_chars) -> Iterator[Record]:
     if not isinstance(doc_id, str) or not doc_id.strip():
         yield Rejected(source, None, MISSING_ID, 'missing or empty "id" (string or integer)')
         return
+    bad = records.surrogate_position(doc_id)
+    if bad is not None:
+        # Not reported as the row's doc_id: Parquet cannot store it.
+        shown = doc_id.encode('utf-8', 'backslashreplace').decode('ascii', 'backslashreplace')
+        yield Rejected(source, None, INVALID_UNICODE, f'"id" {shown[:200]!r} has an unpaired surrogate at character {bad}')
+        return
     text = record.get('text')
     if not isinstance(text, str):
         yield Rejected(source, doc_id, MISSING_TEXT, '"text" missing or not a string')
@@ -217,24 +352,39 @@ def _from_record(path, position, record, max_doc_chars) -> Iterator[Record]:
     if isinstance(metadata, str):  # Parquet files often carry metadata as JSON text
         try:
             metadata = json.loads(metadata)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON: kept as text, rejected just below
             pass
     if metadata is not None and not isinstance(metadata, dict):
         yield Rejected(source, doc_id, INVALID_METADATA, '"metadata" must be an object')
         return
-    yield make_document(path, position, doc_id, text, metadata, max_doc_chars)
+    yield make_document(path, position, doc_id, text, metadata, *limits)
 
 
-def make_document(path, position, doc_id, text, metadata, max_doc_chars) -> Record:
-    """Checks a parsed record and returns its Document, or why it is rejected."""
+def make_document(
+    path, position, doc_id, text, metadata, max_doc_chars,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+) -> Record:
+    """Checks a parsed record and returns its Document, or why it is rejected.
+
+    Metadata is converted to canonical JSON by `records.metadata_json`.
+    """
     source = f'{path}:{position}' if position else path
-    if not text.strip():
-        return Rejected(source, doc_id, EMPTY_TEXT, 'text is empty or whitespace only')
     if len(text) > max_doc_chars:
         return Rejected(
             source, doc_id, TOO_LARGE, f'{len(text)} characters > max_doc_chars={max_doc_chars}'
         )
-    meta = None if metadata is None else json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+    bad = records.surrogate_position(text)
+    if bad is not None:
+        return Rejected(source, doc_id, INVALID_UNICODE, f'text has an unpaired surrogate at character {bad}')
+    if records.is_blank(text):
+        return Rejected(source, doc_id, EMPTY_TEXT,
+                        'text has no visible character (only whitespace, control, format or combining ones)')
+    meta = None
+    if metadata is not None:
+        try:
+            meta = records.metadata_json(metadata, max_metadata_bytes)
+        except records.MetadataError as e:
+            return Rejected(source, doc_id, METADATA_TOO_LARGE if e.too_large else INVALID_METADATA, str(e))
     return Document(doc_id=doc_id, text=text, path=path, position=position, metadata=meta)
 
 
@@ -247,10 +397,12 @@ def resolve_duplicates(doc_id: str, documents: Iterable[Document]) -> Iterator[R
 
 
 class _ReadFileFn(beam.DoFn):
-    def __init__(self, root: str, max_doc_chars: int, max_file_bytes: Optional[dict] = None):
+    def __init__(self, root: str, max_doc_chars: int, max_file_bytes: Optional[dict] = None,
+                 max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES):
         self._root = root
         self._max_doc_chars = max_doc_chars
         self._max_file_bytes = max_file_bytes
+        self._max_metadata_bytes = max_metadata_bytes
         self._files = Metrics.counter('read', 'files')
         self._documents = Metrics.counter('read', 'documents')
         self._msecs = Metrics.counter('read', 'msecs')
@@ -258,9 +410,10 @@ class _ReadFileFn(beam.DoFn):
     def process(self, path: str):
         self._files.inc()
         started = time.perf_counter()
-        records = list(read_file(path, self._root, self._max_doc_chars, self._max_file_bytes))
+        parsed = list(read_file(
+            path, self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
-        for record in records:
+        for record in parsed:
             if isinstance(record, Rejected):
                 Metrics.counter('read', f'rejected_{record.reason}').inc()
                 yield beam.pvalue.TaggedOutput('rejected', record)
@@ -292,6 +445,7 @@ class ReadDocuments(beam.PTransform):
 
     def __init__(
         self, pattern: str, max_doc_chars: int = DEFAULT_MAX_DOC_CHARS, max_file_bytes: Optional[dict] = None,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     ):
         super().__init__()
         if max_doc_chars <= 0:
@@ -300,6 +454,9 @@ class ReadDocuments(beam.PTransform):
         bad = {name: n for name, n in self._max_file_bytes.items() if n is not None and n <= 0}
         if bad:
             raise ValueError(f'max_file_bytes must be > 0, got {bad}')
+        if max_metadata_bytes <= 0:
+            raise ValueError(f'max_metadata_bytes must be > 0, got {max_metadata_bytes}')
+        self._max_metadata_bytes = max_metadata_bytes
         self._root, self._paths = expand_input(pattern)
         if not self._paths:
             raise ValueError(f'--input {pattern!r} matches no file')
@@ -310,7 +467,8 @@ class ReadDocuments(beam.PTransform):
             pbegin
             | 'ListFiles' >> beam.Create(self._paths)
             | 'ParseFiles'
-            >> beam.ParDo(_ReadFileFn(self._root, self._max_doc_chars, self._max_file_bytes)).with_outputs(
+            >> beam.ParDo(_ReadFileFn(
+                self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes)).with_outputs(
                 'rejected', main='documents'
             )
         )

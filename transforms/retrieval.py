@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import os
 import tempfile
 from typing import Mapping, Optional, Sequence
@@ -32,6 +33,8 @@ RECENCY_KEYS = ('updated_at', 'timestamp', 'date', 'created_at')
 # Written at index time and read back at query time, so both sides tokenize alike.
 BM25_TOKENIZER = {'lower': True, 'stopwords': 'english'}
 BM25_TOKENIZER_FILE = 'tokenizer.json'
+_MIN_SECONDS = datetime.datetime(1, 1, 2, tzinfo=datetime.timezone.utc).timestamp()
+_MAX_SECONDS = datetime.datetime(9999, 12, 31, tzinfo=datetime.timezone.utc).timestamp()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +73,12 @@ class RetrievalConfig:
             raise ValueError(f'min_relevance must be a cosine in [-1, 1], got {self.min_relevance}')
         if not 0.0 < self.dedup_threshold <= 1.0:
             raise ValueError(f'dedup_threshold must be in (0, 1], got {self.dedup_threshold}')
-        if self.rrf_k <= 0:
-            raise ValueError(f'rrf_k must be > 0, got {self.rrf_k}')
+        if not (self.rrf_k > 0 and math.isfinite(self.rrf_k)):
+            raise ValueError(f'rrf_k must be a finite number > 0, got {self.rrf_k}')
         for name, value in self.weights.items():
-            if value < 0:
-                raise ValueError(f'weight_{name} must be >= 0, got {value}')
+            # NaN fails every comparison, so `value < 0` alone would let it through.
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f'weight_{name} must be a finite number >= 0, got {value}')
 
     @property
     def weights(self) -> dict[str, float]:
@@ -244,21 +248,23 @@ def parse_timestamp(value) -> Optional[float]:
     """A metadata value as POSIX seconds, or None if it is not a timestamp.
 
     Strings are read as ISO-8601 (`2024-05-01`, `2024-05-01T10:00:00Z`,
-    offsets); times without a zone are taken as UTC. Numbers are POSIX seconds.
+    offsets); times without a zone are taken as UTC. Numbers are POSIX seconds
+    of the years 1-9999 (others, NaN included, are no timestamp). Never raises.
     """
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value) if np.isfinite(value) else None
+        # Beyond the years 1-9999 no date exists; float() of a huge int would raise.
+        return float(value) if _MIN_SECONDS <= value <= _MAX_SECONDS else None
     if not isinstance(value, str):
         return None
     try:
         parsed = datetime.datetime.fromisoformat(value.strip())
-    except ValueError:
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+        return parsed.timestamp()
+    except (ValueError, OverflowError):  # not ISO 8601, or a zone that leaves the years 1-9999
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.timestamp()
 
 
 def document_timestamp(metadata: Optional[str]) -> Optional[float]:
@@ -315,8 +321,17 @@ def build_bm25(texts: Sequence[str]):
     """
     if not texts:
         raise ValueError('cannot build a BM25 index of no texts')
-    retriever = bm25s_module().BM25()
-    retriever.index(bm25_tokenize(texts), show_progress=False)
+    bm25s = bm25s_module()
+    tokenized = bm25_tokenize(texts)
+    if not tokenized.vocab:
+        # Every text is stopwords or punctuation ("!!!"): bm25s cannot index an
+        # empty vocabulary. The empty string, which no query token can be, as
+        # the only entry scores every row 0, as no shared term would.
+        tokenized = bm25s.tokenization.Tokenized(ids=tokenized.ids, vocab={'': 0})
+    retriever = bm25s.BM25()
+    # Texts without a term have length 0: their (unused) length norm divides by 0.
+    with np.errstate(divide='ignore', invalid='ignore'):
+        retriever.index(tokenized, show_progress=False)
     return retriever
 
 

@@ -18,6 +18,8 @@ from transforms.chunking import (
     SEMANTIC_CHUNKERS,
     Span,
     TokenIndex,
+    bound_spans,
+    max_chunk_chars,
     split_recursive,
     strip_span,
 )
@@ -321,11 +323,13 @@ def semantic_spans(
         return []
     if name == CLUSTER_SEMANTIC:
         vectors = embed([text[s:e] for s, e in pieces])
-        return cluster_semantic_spans(text, tokens, pieces, vectors, max_size=chunk_size)
-    vectors = embed(window_texts(text, pieces))
-    return breakpoint_spans(
-        text, tokens, pieces, vectors, chunk_size=chunk_size, max_tokens=embeddable_tokens(model)
-    )
+        spans = cluster_semantic_spans(text, tokens, pieces, vectors, max_size=chunk_size)
+    else:
+        vectors = embed(window_texts(text, pieces))
+        spans = breakpoint_spans(
+            text, tokens, pieces, vectors, chunk_size=chunk_size, max_tokens=embeddable_tokens(model)
+        )
+    return bound_spans(text, spans, max_chunk_chars(chunk_size))
 
 
 def embeddable_tokens(model) -> int:

@@ -244,14 +244,50 @@ def staging_path(output: str) -> str:
     return f'{output.rstrip("/")}.staging-{os.getpid()}-{time.time_ns()}'
 
 
+def clean_staging(output: str) -> list[str]:
+    """Deletes the staging directories that killed plain builds left next to `output`.
+
+    Only safe while no other build writes to `output` (its lock is held). A
+    build killed between the two renames of `publish` left no `output` but
+    the previous index whole as `*.old`: that one is put back, not deleted.
+    Local outputs only; object stores are published file by file.
+
+    Returns:
+      The deleted paths.
+    """
+    if '://' in output:
+        return []
+    import glob
+    import os
+    import shutil
+
+    leftovers = sorted(glob.glob(glob.escape(output.rstrip('/')) + '.staging-*'))
+    previous = [p for p in leftovers if p.endswith('.old') and os.path.isdir(p)]
+    if previous and not os.path.exists(output):
+        newest = max(previous, key=os.path.getmtime)
+        os.rename(newest, output)
+        leftovers.remove(newest)
+    for path in leftovers:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    return leftovers
+
+
 def check_replaceable(output: str) -> None:
     """Refuses to replace a non-empty directory that is not a ragsieve output.
 
     Raises:
-      ValueError: if `output` holds files but no manifest.json.
+      ValueError: if `output` is a file, or holds files but no manifest.json.
     """
     if not FileSystems.exists(output):
         return
+    if '://' not in output:
+        import os
+
+        if not os.path.isdir(output):
+            raise ValueError(f'--output {output!r} is a file, not a directory: refusing to replace it')
     if FileSystems.exists(posixpath.join(output, MANIFEST_FILE)):
         return
     if FileSystems.match([output.rstrip('/') + '/**'], limits=[1])[0].metadata_list:

@@ -79,8 +79,8 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
     retriever = query.Retriever(str(root))
     assert retriever.index == str(root / 'runs' / 'r2')
 
-    # Retention: with --keep_runs 1 only the new run survives; the cache holds one generation.
-    build(corpus, root, '--versioned', '--run_id', 'r3', '--keep_runs', '1')
+    # Retention: with --keep_runs 1 (and no grace period) only the new run survives; one cache generation.
+    build(corpus, root, '--versioned', '--run_id', 'r3', '--keep_runs', '1', '--prune_grace_seconds', '0')
     assert snapshots.list_runs(str(root)) == (['r3'], [])
     assert all(len(list(d.iterdir())) == 2 for d in (root / 'cache').glob('*/*'))  # settings.json + r3
 

@@ -4,9 +4,12 @@ import pytest
 
 from tests.conftest import ORBITS, PASTA
 from transforms.chunking import (
+    MAX_CHARS_PER_TOKEN,
     ChunkerConfig,
     TokenIndex,
+    bound_spans,
     chunk_spans,
+    max_chunk_chars,
     split_fixed,
     split_recursive,
     token_offsets,
@@ -108,3 +111,26 @@ def test_token_index_counts_overlapping_tokens():
     assert tokens.count(5, 9) == 2
     assert tokens.count(3, 4) == 0
     assert tokens.boundaries(0, 12) == [4, 8]
+
+
+@pytest.mark.parametrize('name', ['fixed', 'recursive'])
+def test_no_chunk_exceeds_the_character_bound(tokenizer, name):
+    # BERT's tokenizer makes a 50,000-letter "word" one [UNK] token; a long run
+    # of spaces holds no token at all. Both must still be cut.
+    text = 'Start. ' + 'a' * 50_000 + ' middle' + ' ' * 5_000 + 'end of text.'
+    tokens, spans = spans_of(tokenizer, text, name, 32, 0)
+    bound = max_chunk_chars(32)
+    assert bound == 32 * MAX_CHARS_PER_TOKEN
+    assert all(0 < e - s <= bound for s, e in spans)
+    assert all(text[s:e] == text[s:e].strip() for s, e in spans)
+    # Every letter of the text is in some chunk.
+    covered = set()
+    for s, e in spans:
+        covered.update(range(s, e))
+    assert all(i in covered for i, c in enumerate(text) if not c.isspace())
+
+
+def test_bound_spans_cuts_at_whitespace_when_it_can():
+    assert bound_spans('aaaa bbbb cccc', [(0, 14)], 10) == [(0, 9), (10, 14)]
+    assert bound_spans('abcdefghij', [(0, 10)], 4) == [(0, 4), (4, 8), (8, 10)]
+    assert bound_spans('short', [(0, 5)], 10) == [(0, 5)]
