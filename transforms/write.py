@@ -49,6 +49,12 @@ CHUNK_SCHEMA = pa.schema(
         ('entities', pa.list_(pa.string())),
         ('topic', pa.int32()),
         ('salience', pa.float32()),
+        # 'chunk', or 'delta': novel sentences of a near-duplicate (transforms/deltas.py).
+        ('kind', pa.string()),
+        # For a delta, the kept chunk representing the chunk it comes from.
+        ('delta_of', pa.string()),
+        # The chunks dropped as this chunk's duplicates, through every filter (transforms/lineage.py).
+        ('represents', pa.list_(pa.struct([('chunk_id', pa.string()), ('doc_id', pa.string())]))),
     ]
 )
 REJECTED_SCHEMA = pa.schema(
@@ -68,7 +74,9 @@ DROPPED_SCHEMA = pa.schema(
 )
 IDS_SCHEMA = pa.schema([('chunk_id', pa.string())])
 DOCUMENT_SCHEMA = pa.schema(
-    [('doc_id', pa.string()), ('source', pa.string()), ('chars', pa.int64()), ('text_key', pa.string())]
+    [('doc_id', pa.string()), ('source', pa.string()), ('chars', pa.int64()), ('text_key', pa.string()),
+     # The document's metadata JSON: query-time filters match represented documents through it.
+     ('metadata', pa.string())]
 )
 
 
@@ -85,6 +93,7 @@ def chunks_table(chunks: list[Chunk]) -> pa.Table:
             columns[name].append(getattr(c, name))
     columns['embedding'] = [None if v is None else np.asarray(v, np.float32) for v in columns['embedding']]
     columns['entities'] = [None if v is None else list(v) for v in columns['entities']]
+    columns['represents'] = [[{'chunk_id': c, 'doc_id': d} for c, d in v] for v in columns['represents']]
     return pa.table(columns, schema=CHUNK_SCHEMA)
 
 
@@ -122,7 +131,8 @@ def documents_table(documents: Iterable[Document]) -> pa.Table:
     """Indexed documents sorted by doc_id, in DOCUMENT_SCHEMA (text_key: hash of the exact text)."""
     rows = sorted(documents, key=lambda d: d.doc_id)
     return pa.Table.from_pylist(
-        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text)}
+        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text),
+          'metadata': d.metadata}
          for d in rows],
         schema=DOCUMENT_SCHEMA,
     )
