@@ -9,7 +9,7 @@ own document (`doc[char_start:char_end] == text`), embedded and searchable,
 `kind = 'delta'`, chunk_id `{dropped chunk_id}~delta{k}`.
 
 Sentences are cut by a regular expression (`sentence_spans`): after `.`, `!`
-or `?` (and closing quotes or brackets) followed by whitespace, and at every
+or `?` (and one closing quote or bracket) followed by whitespace, and at every
 line break, so list items and headings are sentences of their own. It is
 deterministic, needs no model and runs in linear time; a wrong cut (after
 "e.g.") only makes two smaller units, both compared the same way.
@@ -55,8 +55,8 @@ COUNTER_DELTAS = 'deltas'
 COUNTER_EMBEDDED = 'embedded'
 COUNTER_MERGED = 'merged'
 
-# A sentence ends after . ! ? (plus closing quotes/brackets) before whitespace, or at a line break.
-_SENTENCE_BREAK = re.compile(r'(?<=[.!?])["\'\)\]]*\s+|\s*\n\s*')
+# A sentence ends after . ! ? (and one closing quote or bracket) before whitespace, or at a line break.
+_SENTENCE_BREAK = re.compile(r'(?:(?<=[.!?])|(?<=[.!?]["\'\)\]]))\s+|\s*\n\s*')
 # Words and numbers; "15.1.0" and "utf-8" stay one token, so a changed version is one changed token.
 _TOKEN = re.compile(r'\w(?:[\w.\-]*\w)?')
 

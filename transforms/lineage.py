@@ -56,6 +56,7 @@ def resolve(dropped: Iterable[tuple[str, str, Optional[str]]]) -> tuple[dict[str
       `({final keeper chunk_id: sorted links}, sorted orphans)`; chunks
       dropped without a duplicate_of are neither.
     """
+    dropped = list(dropped)
     target = {c: d for c, _, d in dropped}
     represents: dict[str, list[Link]] = collections.defaultdict(list)
     orphans = []
