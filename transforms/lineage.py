@@ -163,6 +163,8 @@ class ResolveLineage(beam.PTransform):
             resolved.append(outputs[RESOLVED])
             orphans.append(outputs[ORPHANS])
         orphans.append(pending | 'UnresolvedLinks' >> beam.Values())
+        if not resolved:  # no filters: nothing is dropped
+            resolved.append(dropped.pipeline | 'NoLinks' >> beam.Create([]))
         return {
             RESOLVED: resolved | 'FlattenResolved' >> beam.Flatten(),
             ORPHANS: orphans | 'FlattenOrphans' >> beam.Flatten(),
