@@ -113,6 +113,8 @@ class SearchResult:
         out = []
         for h in self.hits:
             item = dataclasses.asdict(h)
+            if h.matched_by is None:  # no --where: the output stays as it was
+                del item['matched_by']
             item['duplicates'] = [
                 {'chunk_id': s.hit.chunk_id, 'doc_id': s.hit.doc_id, 'cosine': s.cosine,
                  'score': s.hit.score, 'ranks': s.hit.ranks}
