@@ -110,3 +110,15 @@ def test_extract_deltas_joins_the_keeper_text():
         drops = p | 'Dropped' >> beam.Create(dropped)
         out = {'chunks': chunks, 'dropped': drops} | ExtractDeltas()
         assert_that(out | beam.Map(delta_id), equal_to(expected))
+
+
+def test_semantic_drops_give_deltas_only_when_asked():
+    keeper, newer = make('v1', 0, KEEPER), make('v2', 0, NEWER)
+    dropped = [Dropped(newer, 'similarity', 'v1#0', 0.95)]
+    expected = [(d.chunk_id, d.text) for d in delta_chunks(dropped[0], KEEPER)]
+    for semantic, want in ((False, []), (True, expected)):
+        with TestPipeline() as p:
+            chunks = p | 'Chunks' >> beam.Create([keeper, newer])
+            drops = p | 'Dropped' >> beam.Create(dropped)
+            out = {'chunks': chunks, 'dropped': drops} | ExtractDeltas(semantic)
+            assert_that(out | beam.Map(delta_id), equal_to(want))
