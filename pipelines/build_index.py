@@ -18,7 +18,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import changes, snapshots
-from transforms import dedup, feature_cache, lineage, read, scope, write
+from transforms import dedup, feature_cache, read, write
+from transforms import lineage, scope
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
