@@ -19,7 +19,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import changes, snapshots
 from transforms import dedup, feature_cache, read, write
-from transforms import lineage, scope
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
@@ -27,6 +26,7 @@ from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
+from transforms import lineage, scope  # noqa: I001 (kept apart from the line above: merges cleanly)
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
