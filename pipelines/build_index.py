@@ -26,7 +26,7 @@ from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
-from transforms import lineage, scope  # noqa: I001 (kept apart from the line above: merges cleanly)
+from transforms import lineage, scope
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
