@@ -510,7 +510,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
         with FileSystems.open(posixpath.join(target.directory, *parts)) as f:
             return pq.read_table(f)
 
-    chunk_rows = table(write.CHUNKS_DIR, write.PART_NAME).select(['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
+    chunk_rows = table(write.CHUNKS_DIR, write.PART_NAME).select(
+        ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
     kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
     dropped = table(write.DROPPED_DIR, write.PART_NAME).select(
         ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()

@@ -192,7 +192,11 @@ class _AttachFn(beam.DoFn):
 
 
 class AttachRepresents(beam.PTransform):
-    """{'kept': PCollection[Chunk], 'resolved': PCollection[(chunk_id, Link)]} -> PCollection[Chunk] with `represents`."""
+    """Sets `represents` on the kept chunks.
+
+    {'kept': PCollection[Chunk], 'resolved': PCollection[(chunk_id, Link)]} ->
+    PCollection[Chunk], joined by a CoGroupByKey on the kept chunk's id.
+    """
 
     def expand(self, pcolls):
         return (

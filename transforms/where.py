@@ -163,7 +163,9 @@ def load_metadata_filter(index_dir: str, chunk_ids: Sequence[str]) -> MetadataFi
     """
     import pyarrow.parquet as pq
 
-    table = pq.read_table(os.path.join(index_dir, 'chunks'))
+    from transforms import write
+
+    table = pq.read_table(os.path.join(index_dir, write.CHUNKS_DIR))
     names = table.column_names
     ids = table.column('chunk_id').to_pylist()
     doc_ids = table.column('doc_id').to_pylist()
@@ -174,7 +176,7 @@ def load_metadata_filter(index_dir: str, chunk_ids: Sequence[str]) -> MetadataFi
     if missing:
         raise ValueError(f'chunks/ of {index_dir!r} lacks chunks {missing[:5]}')
     metadata: dict[str, Optional[str]] = {}
-    documents = os.path.join(index_dir, 'documents')
+    documents = os.path.join(index_dir, write.DOCUMENTS_DIR)
     if os.path.isdir(documents):
         docs = pq.read_table(documents)
         if 'metadata' in docs.column_names:

@@ -62,7 +62,8 @@ def test_attach_represents_sets_sorted_links_on_kept_chunks():
     kept = [make('y', 0), make('solo', 0)]
     resolved = [('y#0', Link('z#0', 'z')), ('y#0', Link('k#0', 'k'))]
     with TestPipeline() as p:
-        out = {'kept': p | 'Kept' >> beam.Create(kept), 'resolved': p | 'Links' >> beam.Create(resolved)} | AttachRepresents()
+        inputs = {'kept': p | 'Kept' >> beam.Create(kept), 'resolved': p | 'Links' >> beam.Create(resolved)}
+        out = inputs | AttachRepresents()
         assert_that(out | beam.Map(represents_of),
                     equal_to([('y#0', (('k#0', 'k'), ('z#0', 'z'))), ('solo#0', ())]))
     assert with_represents(make('y', 0), [Link('b', 'B'), Link('a', 'A')]).represents == (('a', 'A'), ('b', 'B'))
