@@ -14,6 +14,7 @@ import pytest
 
 from pipelines import build_index, query, snapshots
 from transforms.deltas import sentence_spans
+from transforms.retrieval import RetrievalConfig
 from transforms.text import normalize_text
 
 UNICODE = (
@@ -161,3 +162,13 @@ def test_rebuild_without_the_kept_copy_keeps_it_from_a_remaining_release(version
     hit = query.Retriever(str(index), model=embedding_model).search(
         SOCKET_QUESTION, k=1, where={'release': '3.13', 'tenant': 'a'}).hits[0]
     assert (hit.chunk_id, hit.matched_by) == ('a-3.12#1', ['a-3.13'])
+
+
+def test_the_filter_is_applied_inside_the_search(versioned, embedding_model):
+    """With one candidate per signal, a post-filter would find nothing for the tenant ranked second."""
+    _, run, _ = versioned
+    narrow = query.Retriever(run, RetrievalConfig(candidates=1), model=embedding_model)
+    unfiltered = narrow.search(SOCKET_QUESTION, k=1).hits[0]
+    other = 'b' if tenant_of(unfiltered.doc_id) == 'a' else 'a'
+    (hit,) = narrow.search(SOCKET_QUESTION, k=1, where={'tenant': other}).hits
+    assert hit.chunk_id == f'{other}-3.11#1'
