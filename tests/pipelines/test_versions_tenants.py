@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index, query, snapshots
+from tests.pipelines.test_filters import PASTA, PASTA_AGAIN
 from transforms.deltas import sentence_spans
 from transforms.retrieval import RetrievalConfig
 from transforms.text import normalize_text
@@ -172,3 +173,21 @@ def test_the_filter_is_applied_inside_the_search(versioned, embedding_model):
     other = 'b' if tenant_of(unfiltered.doc_id) == 'a' else 'a'
     (hit,) = narrow.search(SOCKET_QUESTION, k=1, where={'tenant': other}).hits
     assert hit.chunk_id == f'{other}-3.11#1'
+
+
+def test_lineage_follows_the_cascade(tmp_path):
+    """minhash drops the copy for kitchen.md#1, which intra_doc then drops for kitchen.md#0."""
+    corpus = tmp_path / 'corpus'
+    corpus.mkdir()
+    (corpus / 'kitchen.md').write_text(PASTA + '\n\n' + PASTA_AGAIN + '\n')
+    (corpus / 'kitchen_copy.md').write_text(PASTA_AGAIN.replace('grated', 'grates') + '\n')
+    manifest = build_index.run(['--input', str(corpus), '--output', str(tmp_path / 'out'), '--chunk_size', '100'])
+    dropped = {d['chunk_id']: (d['reason'], d['duplicate_of']) for d in rows(tmp_path / 'out', 'dropped')}
+    assert dropped == {'kitchen_copy.md#0': ('minhash', 'kitchen.md#1'),
+                       'kitchen.md#1': ('intra_doc_near', 'kitchen.md#0')}
+    by_id = {c['chunk_id']: c for c in rows(tmp_path / 'out', 'chunks')}
+    assert by_id['kitchen.md#0']['represents'] == [
+        {'chunk_id': 'kitchen.md#1', 'doc_id': 'kitchen.md'},
+        {'chunk_id': 'kitchen_copy.md#0', 'doc_id': 'kitchen_copy.md'}]
+    assert manifest['lineage']['ok'] and manifest['lineage']['represented_once'] == 2
+    assert {c['delta_of'] for c in by_id.values() if c['kind'] == 'delta'} == {'kitchen.md#0'}
