@@ -34,6 +34,8 @@ LOG = logging.getLogger('ragsieve.build')
 FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
 ALL_LABELS = 'all'
 ON_OFF = {'on': True, 'off': False}
+# Flags that take `on`/`off` (not store_true ones).
+ON_OFF_FLAGS = ('deltas', 'semantic_deltas')
 # Written next to manifest.json: what changed since the previous build.
 DIFF_FILE = 'diff.json'
 
@@ -228,8 +230,11 @@ def config_flags(path: str) -> list[str]:
     flags = []
     for key, value in values.items():
         if isinstance(value, bool):
-            # On/off flags take no value: `versioned: true` is `--versioned`.
-            if value:
+            if key in ON_OFF_FLAGS:
+                # YAML reads a bare `deltas: off` as false.
+                flags.append(f'--{key}={"on" if value else "off"}')
+            elif value:
+                # On/off flags take no value: `versioned: true` is `--versioned`.
                 flags.append(f'--{key}')
             continue
         if isinstance(value, (list, tuple)):

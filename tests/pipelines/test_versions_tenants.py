@@ -191,3 +191,18 @@ def test_lineage_follows_the_cascade(tmp_path):
         {'chunk_id': 'kitchen_copy.md#0', 'doc_id': 'kitchen_copy.md'}]
     assert manifest['lineage']['ok'] and manifest['lineage']['represented_once'] == 2
     assert {c['delta_of'] for c in by_id.values() if c['kind'] == 'delta'} == {'kitchen.md#0'}
+
+
+def test_scope_and_delta_settings_from_flags_and_config_file(tmp_path):
+    config = tmp_path / 'build.yaml'
+    config.write_text('input: in\noutput: out\ndedup_scope: [tenant, release]\ndeltas: off\n')
+    options = build_index.parse_args(['--config', str(config)])
+    filters = build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions)).filters
+    assert (filters.scope, filters.deltas, filters.semantic_deltas) == (('release', 'tenant'), False, False)
+    options = build_index.parse_args(['--input', 'in', '--output', 'out', '--semantic_deltas', 'on'])
+    filters = build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions)).filters
+    assert (filters.scope, filters.deltas, filters.semantic_deltas) == ((), True, True)
+    with pytest.raises(ValueError, match='semantic_deltas'):
+        options = build_index.parse_args(['--input', 'in', '--output', 'out', '--deltas', 'off',
+                                          '--semantic_deltas', 'on'])
+        build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions))
