@@ -201,7 +201,9 @@ def _keeper_text(chunk: Chunk) -> tuple[str, str]:
 
 
 def _keyed_by_keeper(dropped: Dropped) -> tuple[str, Dropped]:
-    return dropped.duplicate_of, dropped
+    # Only the text, offsets and metadata are needed: the features would only weigh on the shuffle.
+    light = dataclasses.replace(dropped.chunk, embedding=None, minhash=None, entities=None)
+    return dropped.duplicate_of, dataclasses.replace(dropped, chunk=light)
 
 
 def _is_delta_source(dropped: Dropped, reasons: frozenset) -> bool:
