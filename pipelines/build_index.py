@@ -26,11 +26,16 @@ from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
+from transforms import lineage, scope
+from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
 
 FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
 ALL_LABELS = 'all'
+ON_OFF = {'on': True, 'off': False}
+# Flags that take `on`/`off` (not store_true ones).
+ON_OFF_FLAGS = ('deltas', 'semantic_deltas')
 # Written next to manifest.json: what changed since the previous build.
 DIFF_FILE = 'diff.json'
 
@@ -101,6 +106,15 @@ class BuildIndexOptions(PipelineOptions):
                             help='Warn when a document loses more than this fraction of its chunks.')
         parser.add_argument('--warn_salience', type=float, default=0.6,
                             help='Warn when an intra_doc boost lifts a salience above this.')
+        parser.add_argument('--dedup_scope', type=str, default='',
+                            help='Comma-separated metadata keys (e.g. tenant): no filter ever compares '
+                                 'two chunks whose documents differ on one of them; a missing key is '
+                                 'a value of its own. Default: none (one corpus).')
+        parser.add_argument('--deltas', type=str, default='on', choices=list(ON_OFF),
+                            help='on: sentences of a near-duplicate (minhash, intra_doc_near) that its '
+                                 'keeper lacks stay in the index as delta chunks; off: dropped with it.')
+        parser.add_argument('--semantic_deltas', type=str, default='off', choices=list(ON_OFF),
+                            help='on: deltas also for similarity* drops (needs --deltas on).')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
                             help='Documents longer than this are rejected as too_large.')
         parser.add_argument('--max_file_bytes', type=str, default=None,
@@ -226,6 +240,9 @@ def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
         intra_doc_boost_mode=options.intra_doc_boost_mode,
         warn_doc_loss=options.warn_doc_loss,
         warn_salience=options.warn_salience,
+        scope=scope.parse_scope(options.dedup_scope),
+        deltas=ON_OFF[options.deltas],
+        semantic_deltas=ON_OFF[options.semantic_deltas],
     )
 
 
@@ -247,8 +264,11 @@ def config_flags(path: str) -> list[str]:
     flags = []
     for key, value in values.items():
         if isinstance(value, bool):
-            # On/off flags take no value: `versioned: true` is `--versioned`.
-            if value:
+            if key in ON_OFF_FLAGS:
+                # YAML reads a bare `deltas: off` as false.
+                flags.append(f'--{key}={"on" if value else "off"}')
+            elif value:
+                # On/off flags take no value: `versioned: true` is `--versioned`.
                 flags.append(f'--{key}')
             continue
         if isinstance(value, (list, tuple)):
@@ -291,7 +311,8 @@ def build_pipeline(
 
     Returns:
       The PCollections 'documents', 'rejected', 'chunks' (embedded, with
-      features, before filtering), 'kept' (Chunk) and 'dropped' (Dropped).
+      features, before filtering), 'kept' (Chunk: the index's rows, kept
+      chunks with `represents` and delta chunks) and 'dropped' (Dropped).
     """
     model = model or SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(
@@ -308,13 +329,16 @@ def build_pipeline(
     if cache:
         _ = chunks | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache)
     filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters)
+    kept = {'chunks': chunks, 'kept': filtered['kept'], 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
+        lineage.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
+                                config.filters.semantic_deltas, model, config.embedding))
     _ = {
-        'chunks': filtered['kept'], 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
+        'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
     } | 'WriteIndex' >> write.WriteIndex(output, dim)
     return {
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
-        'kept': filtered['kept'], 'dropped': filtered['dropped'],
+        'kept': kept, 'dropped': filtered['dropped'],
     }
 
 
@@ -574,7 +598,7 @@ def summary(manifest: dict, config: BuildConfig, target: Target) -> str:
         f"ragsieve build: {counts['files']} files, {counts['documents_read']} documents read, "
         f"{counts['rejected']} rejected ({rejected})\n"
         f"  {counts['documents_indexed']} documents -> {counts['chunks_before_filters']} chunks "
-        f"-> {counts['chunks']} kept, {counts['dropped']} dropped ({dropped}) "
+        f"-> {counts['chunks']} kept (+{counts['deltas']} deltas), {counts['dropped']} dropped ({dropped}) "
         f"in {manifest['seconds']['wall']:.1f} s; {counts['chunks_embedded']} chunks embedded\n"
         f"  published to {where} (chunks/, dropped/, rejected/, documents/, index/, bm25/, "
         f"manifest.json, {DIFF_FILE})"
@@ -593,6 +617,8 @@ def log_filters(manifest: dict) -> None:
     if warnings['salience_lifted']:
         LOG.warning('%d intra_doc boosts lifted a salience above %.2f',
                     warnings['salience_lifted'], manifest['config']['filters']['warn_salience'])
+    if not manifest['lineage']['ok']:
+        LOG.warning('lineage check failed: %s', manifest['lineage'])
 
 
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wall_seconds) -> dict:
@@ -604,8 +630,11 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
         with FileSystems.open(posixpath.join(target.directory, *parts)) as f:
             return pq.read_table(f)
 
-    kept_docs = table(write.CHUNKS_DIR, write.PART_NAME).column('doc_id').to_pylist()
-    dropped = table(write.DROPPED_DIR, write.PART_NAME).select(['doc_id', 'reason']).to_pylist()
+    chunk_rows = table(write.CHUNKS_DIR, write.PART_NAME).select(
+        ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
+    kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
+    dropped = table(write.DROPPED_DIR, write.PART_NAME).select(
+        ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
     rejected = table(write.REJECTED_DIR, write.PART_NAME).column('reason').to_pylist()
     counters = {}
     for r in result.metrics().query()['counters']:
@@ -654,10 +683,13 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
             'chunks_before_filters': counters.get('embed.chunks', 0),
             'chunks_embedded': counters.get('embed.computed', 0),
             'chunks': len(kept_docs),
+            # Rows of chunks/ that are deltas (not counted in 'chunks').
+            'deltas': len(chunk_rows) - len(kept_docs),
             'dropped': len(dropped),
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
         'filters': filters,
+        'lineage': lineage.report(chunk_rows, dropped),
         'cache': cache_use,
         'warnings': {
             'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),

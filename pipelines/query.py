@@ -1,12 +1,12 @@
 """Query job: hybrid retrieval over a built index (RRF fusion, then cross-document dedup).
 
-    python -m pipelines.query --index OUT [--k 5] [--json] [--verbose] "question"
+    python -m pipelines.query --index OUT [--k 5] [--where KEY=VALUE ...] [--json] [--verbose] "question"
     ragsieve query --index OUT "question"
 
 or from Python, loading the index, the BM25 index and the model once:
 
     retriever = Retriever('OUT')
-    result = retriever.search('question', k=5)
+    result = retriever.search('question', k=5, where={'release': '3.12'})
 
 Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
 top-N; those with a dense cosine below `min_relevance` are dropped. Each
@@ -16,11 +16,14 @@ signal (dense cosine, BM25 score, salience, recency) ranks the candidates
 transforms/retrieval.py for what counts as neutral). The fused list is walked
 in order (score descending, then chunk_id); a chunk whose cosine to an already
 selected chunk is >= `dedup_threshold` is skipped, until k are selected.
+`--where` restricts every candidate to an allow-list computed before the
+search (transforms/where.py).
 
 Output: `--json` prints one JSON list on stdout, one object per result, best
 first: chunk_id, doc_id, char_start, char_end, text, score (fused), cosine
 (dense, to the query), ranks ({dense, bm25, salience, recency}, null where
-the chunk got no contribution from that signal) and duplicates: the chunks
+the chunk got no contribution from that signal), matched_by (with --where:
+the documents whose metadata admitted the chunk) and duplicates: the chunks
 skipped as duplicates of this one ({chunk_id, doc_id, cosine, score, ranks}).
 Without `--json` the results are printed as text, and `--verbose` adds the
 skipped duplicates. Logs go to stderr.
@@ -40,7 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pipelines import snapshots
-from transforms import retrieval, write
+from transforms import retrieval, where as where_filter, write
 from transforms.embedding import embed_texts
 from transforms.models import check_device, load_embedding_model, resolve_model_path
 
@@ -66,6 +69,9 @@ class Hit:
       cosine: Dense cosine similarity to the query.
       ranks: Rank per signal among the candidates; None where the signal
         gave it nothing (see transforms/retrieval.py).
+      matched_by: With a `where` filter, the documents whose metadata
+        admitted the chunk: its own first when it matches, then documents it
+        represents (transforms/where.py); None without a filter.
     """
 
     chunk_id: str
@@ -76,6 +82,7 @@ class Hit:
     score: float
     cosine: float
     ranks: dict
+    matched_by: Optional[list] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +113,8 @@ class SearchResult:
         out = []
         for h in self.hits:
             item = dataclasses.asdict(h)
+            if h.matched_by is None:  # no --where: the output stays as it was
+                del item['matched_by']
             item['duplicates'] = [
                 {'chunk_id': s.hit.chunk_id, 'doc_id': s.hit.doc_id, 'cosine': s.cosine,
                  'score': s.hit.score, 'ranks': s.hit.ranks}
@@ -279,12 +288,29 @@ class Retriever:
             tokenizer_file = os.path.join(bm25_dir, retrieval.BM25_TOKENIZER_FILE)
             if os.path.isfile(tokenizer_file):
                 self.bm25_tokenizer = read_index_file(tokenizer_file, _read_json)
+        # Loaded now, not on the first filtered query: a reader holds every file
+        # of its run from the start, so pruning cannot take one away later.
+        self._metadata_filter = read_index_file(
+            os.path.join(index, write.DOCUMENTS_DIR),
+            lambda p: where_filter.load_metadata_filter(index, self.chunk_ids))
 
-    def search(self, question: str, k: int = 5) -> SearchResult:
+    def metadata_filter(self) -> where_filter.MetadataFilter:
+        """The index's metadata filter (own and represented documents' metadata)."""
+        return self._metadata_filter
+
+    def search(self, question: str, k: int = 5, where: Optional[dict] = None) -> SearchResult:
         """The k best chunks for a question, without near-duplicates.
 
+        Args:
+          question: The question.
+          k: How many chunks at most.
+          where: Metadata filter `{key: value or [values]}`: AND across keys,
+            OR within one; a chunk matches through its own document or any
+            document it represents (transforms/where.py). Applied inside the
+            dense and BM25 searches.
+
         Raises:
-          ValueError: if the question is empty or k < 1.
+          ValueError: if the question is empty, k < 1 or `where` is malformed.
         """
         if not question or not question.strip():
             raise ValueError('the question is empty')
@@ -300,17 +326,26 @@ class Retriever:
         n = len(self.chunk_ids)
         dense_rows: Sequence[int] = []
         bm25 = np.zeros(n, np.float32)
+        matched = None
+        if where is not None and n:
+            matched = self.metadata_filter().matches(where)
+        elif where is not None:
+            where_filter.normalize_where(where)  # still reject a malformed filter
         if n:
-            _, found = self.faiss.search(query[None, :], min(cfg.candidates, n))
-            dense_rows = found[0].tolist()
+            allowed = None if matched is None else np.array(sorted(matched), np.int64)
+            dense_rows = where_filter.dense_search(self.faiss, self.embeddings, query, cfg.candidates, allowed)
             tokens = retrieval.bm25_tokenize([question], self.bm25_tokenizer, return_ids=False)[0]
             bm25 = retrieval.bm25_scores(self.bm25, tokens, n)
+            if matched is not None:
+                # The same allow-list as the dense search: other rows make no BM25 candidate.
+                bm25 = np.where(self.metadata_filter().mask(matched), bm25, 0.0).astype(np.float32)
         seconds['search'] = time.perf_counter() - started
 
         started = time.perf_counter()
         fused = retrieval.fuse_candidates(
             query, dense_rows, bm25, self.embeddings, self.chunk_ids, self.salience, self.timestamps, cfg)
-        hits = [self._hit(r, score, fused.cosines[r], fused.rankings)
+        hits = [self._hit(r, score, fused.cosines[r], fused.rankings,
+                          None if matched is None else matched[r])
                 for r, score in zip(fused.rows, fused.scores)]
         seconds['fusion'] = time.perf_counter() - started
 
@@ -332,7 +367,8 @@ class Retriever:
         seconds['dedup'] = time.perf_counter() - started
         return result
 
-    def _hit(self, row: int, score: float, cosine: float, rankings: dict) -> Hit:
+    def _hit(self, row: int, score: float, cosine: float, rankings: dict,
+             matched_by: Optional[list] = None) -> Hit:
         chunk_id = self.chunk_ids[row]
         return Hit(
             chunk_id=chunk_id,
@@ -343,6 +379,7 @@ class Retriever:
             score=score,
             cosine=cosine,
             ranks={s: rankings[s].get(chunk_id) for s in retrieval.SIGNALS},
+            matched_by=matched_by,
         )
 
 
@@ -361,6 +398,9 @@ def parser() -> argparse.ArgumentParser:
                    help="Model to embed the question with; the index's own by default, and it "
                         'must be that one.')
     p.add_argument('--device', type=str, default='cpu', help='Torch device for the embedding model.')
+    p.add_argument('--where', type=str, action='append', default=None, metavar='KEY=VALUE',
+                   help='Only chunks whose document, or a document they represent, has this metadata '
+                        'value; repeatable: AND across keys, OR for one key given twice.')
     p.add_argument('--candidates', type=int, default=defaults.candidates,
                    help='N: the union of the dense top-N and the BM25 top-N is fused.')
     p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
@@ -381,7 +421,8 @@ def format_text(result: SearchResult, verbose: bool) -> str:
     lines = []
     for i, h in enumerate(result.hits, 1):
         lines.append(f'{i}. {h.chunk_id} [{h.doc_id} {h.char_start}:{h.char_end}] '
-                     f'score={h.score:.5f} cosine={h.cosine:.3f} {ranks(h)}')
+                     f'score={h.score:.5f} cosine={h.cosine:.3f} {ranks(h)}'
+                     + (f' matched_by={",".join(h.matched_by)}' if h.matched_by else ''))
         lines.append('   ' + ' '.join(h.text.split()))
         if verbose:
             for s in result.skipped:
@@ -418,8 +459,9 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
         dedup_threshold=args.dedup_threshold,
         **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
     )
+    where = where_filter.parse_where(args.where) if args.where else None
     retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device)
-    result = retriever.search(args.question, args.k)
+    result = retriever.search(args.question, args.k, where)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
     else:

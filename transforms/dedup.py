@@ -20,6 +20,7 @@ from typing import Hashable, Iterable, Optional, Sequence, TypeVar
 import numpy as np
 
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL, entity_names
+from transforms import scope
 from transforms.minhash import MinHashConfig, band_keys, is_empty_signature, lsh_bands
 from transforms.types import Chunk, Dropped
 
@@ -180,6 +181,13 @@ class FilterConfig:
         its chunks to the filters (default 0.5).
       warn_salience: Warn when a boost lifts a salience above this (default 0.6)
         from below it.
+      scope: Metadata keys two chunks must agree on before any filter may
+        compare them (`transforms.scope`); empty (default) for one corpus.
+      deltas: Keep the novel sentences of chunks dropped as lexical
+        near-duplicates as delta chunks (`transforms.deltas`; default True).
+      semantic_deltas: Also for the similarity* filters' drops (default
+        False: a semantic near-copy may share few sentences with its keeper,
+        so most of it would come back as deltas).
     """
 
     specs: tuple[FilterSpec, ...] = ()
@@ -197,6 +205,9 @@ class FilterConfig:
     intra_doc_boost_mode: str = 'log'
     warn_doc_loss: float = 0.5
     warn_salience: float = 0.6
+    scope: tuple[str, ...] = ()
+    deltas: bool = True
+    semantic_deltas: bool = False
 
     def __post_init__(self):
         names = [s.name for s in self.specs]
@@ -224,6 +235,10 @@ class FilterConfig:
             raise ValueError(f'warn_doc_loss must be in [0, 1], got {self.warn_doc_loss}')
         if not 0.0 <= self.warn_salience <= 1.0:
             raise ValueError(f'warn_salience must be in [0, 1], got {self.warn_salience}')
+        if any(not k for k in self.scope) or list(self.scope) != sorted(set(self.scope)):
+            raise ValueError(f'scope must be sorted, unique, non-empty metadata keys, got {self.scope}')
+        if self.semantic_deltas and not self.deltas:
+            raise ValueError('semantic_deltas needs deltas on')
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -809,8 +824,10 @@ def apply_filter(
 
     The one dispatch from filter names to the functions above: the evaluation
     runs every filter through it, and the build's global filters (similarity*,
-    ner_*) run it on one worker. The build distributes the others (exact,
-    minhash, random, intra_doc) with Beam, over the same functions.
+    ner_*) run it on one worker per scope. The build distributes the others
+    (exact, minhash, random, intra_doc) with Beam, over the same functions.
+    With `config.scope`, each scope (`transforms.scope`) is filtered as a
+    corpus of its own, so no two chunks of different scopes are compared.
 
     Args:
       chunks: The corpus's chunks, with the features the filter needs.
@@ -824,6 +841,19 @@ def apply_filter(
       ValueError: For an unknown filter name.
     """
     config = config or FilterConfig()
+    if config.scope:
+        kept, dropped = [], []
+        for part in scope.partition(chunks, config.scope):
+            part_kept, part_dropped = _apply_unscoped(part, spec, config)
+            kept.extend(part_kept)
+            dropped.extend(part_dropped)
+        return sorted(kept, key=Chunk.sort_key), sorted(dropped, key=lambda d: d.chunk.sort_key())
+    return _apply_unscoped(chunks, spec, config)
+
+
+def _apply_unscoped(
+    chunks: Sequence[Chunk], spec: FilterSpec, config: FilterConfig
+) -> tuple[list[Chunk], list[Dropped]]:
     ordered = sorted(chunks, key=Chunk.sort_key)
     name, threshold = spec.name, spec.threshold
     if name == 'exact':

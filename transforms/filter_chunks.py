@@ -14,6 +14,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms import dedup
+from transforms.scope import chunk_scope
 from transforms.minhash import band_keys, is_empty_signature
 from transforms.types import Chunk, Dropped
 
@@ -101,18 +102,19 @@ class ApplyFilterFn(beam.DoFn):
 class DropExactDuplicates(beam.PTransform):
     """ExactNorm. PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
 
-    A GroupByKey on `content_hash`; each group keeps its first chunk by
-    `dedup.keep_order_key`.
+    A GroupByKey on `(scope, content_hash)`; each group keeps its first chunk
+    by `dedup.keep_order_key`.
     """
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, scope: tuple[str, ...] = ()):
         super().__init__()
         self._index = index
+        self._scope = scope
 
     def expand(self, chunks):
         outputs = (
             chunks
-            | 'KeyByContentHash' >> beam.WithKeys(content_hash_of)
+            | 'KeyByContentHash' >> beam.Map(keyed_by, content_hash_of, self._scope)
             | 'GroupByContentHash' >> beam.GroupByKey()
             | 'ContentHashGroups' >> beam.Values()
             | 'KeepOnePerHash' >> beam.ParDo(ApplyFilterFn(self._index, 'exact', drop_exact_group))
@@ -126,6 +128,16 @@ def content_hash_of(chunk: Chunk) -> str:
     return chunk.content_hash
 
 
+def keyed_by(chunk: Chunk, key_fn: Callable[[Chunk], str], scope: Sequence[str]) -> tuple[tuple[str, str], Chunk]:
+    """`((scope key, key_fn(chunk)), chunk)`: a filter's grouping key, never across scopes."""
+    return (chunk_scope(chunk, scope), key_fn(chunk)), chunk
+
+
+def scope_of(chunk: Chunk, scope: Sequence[str]) -> str:
+    """The partition key of the global filters: one greedy pass per scope."""
+    return chunk_scope(chunk, scope)
+
+
 def doc_id_of(chunk: Chunk) -> str:
     """The key of `intra_doc`: the chunk's document."""
     return chunk.doc_id
@@ -136,22 +148,26 @@ class DropGlobally(beam.PTransform):
 
     PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
     The study's greedy rule visits all chunks in one global order, so the
-    surviving chunks are gathered on one worker and the pure `dedup` filter
-    (FAISS candidate search inside) decides.
+    surviving chunks of each scope are gathered on one worker (a GroupByKey
+    on the scope key: the whole corpus when no scope is set) and the pure
+    `dedup` filter (FAISS candidate search inside) decides.
     """
 
-    def __init__(self, spec: dedup.FilterSpec, index: int = 0):
+    def __init__(self, spec: dedup.FilterSpec, index: int = 0, scope: tuple[str, ...] = ()):
         super().__init__()
         if spec.name not in GLOBAL_FILTERS:
             raise ValueError(f'{spec.name!r} is not a global filter; expected one of {sorted(GLOBAL_FILTERS)}')
         self._spec = spec
         self._index = index
+        self._scope = scope
 
     def expand(self, chunks):
         fn = functools.partial(drop_global, spec=self._spec)
         outputs = (
             chunks
-            | 'GatherChunks' >> beam.combiners.ToList()
+            | 'KeyByScope' >> beam.WithKeys(scope_of, self._scope)
+            | 'GatherScope' >> beam.GroupByKey()
+            | 'ScopeGroups' >> beam.Values()
             | 'DropRedundant' >> beam.ParDo(ApplyFilterFn(self._index, self._spec.name, fn))
             .with_outputs(DROPPED, main=KEPT)
         )
@@ -212,7 +228,8 @@ class DropIntraDocRedundancy(beam.PTransform):
     """klarRAG ingestion dedup per document; sets (and boosts) `salience` on kept chunks.
 
     PCollection[Chunk] (embedded) -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
-    A GroupByKey on `doc_id`, then `dedup.intra_doc` per document.
+    A GroupByKey on `(scope, doc_id)`, then `dedup.intra_doc` per document
+    (a document has one scope; the key carries it so every filter keys alike).
     """
 
     def __init__(self, spec: dedup.FilterSpec, config: dedup.FilterConfig, index: int = 0):
@@ -224,7 +241,7 @@ class DropIntraDocRedundancy(beam.PTransform):
     def expand(self, chunks):
         outputs = (
             chunks
-            | 'KeyByDocument' >> beam.WithKeys(doc_id_of)
+            | 'KeyByDocument' >> beam.Map(keyed_by, doc_id_of, self._config.scope)
             | 'GroupByDocument' >> beam.GroupByKey()
             | 'DocumentGroups' >> beam.Values()
             | 'DedupWithinDocument' >> beam.ParDo(IntraDocFn(self._index, self._spec, self._config))
@@ -283,8 +300,11 @@ class BandMember:
     minhash: np.ndarray
 
 
-def band_entries(chunk: Chunk, b: int, r: int):
-    """Yields `(band_key, BandMember)` for each LSH band of a chunk's signature.
+def band_entries(chunk: Chunk, b: int, r: int, scope: Sequence[str] = ()):
+    """Yields `((scope key, band_key), BandMember)` for each LSH band of a chunk's signature.
+
+    The scope key in the bucket key means chunks of different scopes never
+    share a bucket, so they are never candidates.
 
     Chunks with an empty shingle set are never grouped (two empty signatures
     would estimate Jaccard 1.0).
@@ -297,8 +317,9 @@ def band_entries(chunk: Chunk, b: int, r: int):
     if is_empty_signature(chunk.minhash):
         return
     member = BandMember(chunk.chunk_id, dedup.keep_order_key(chunk), np.asarray(chunk.minhash, np.uint64))
+    prefix = chunk_scope(chunk, scope)
     for key in band_keys(member.minhash, b, r):
-        yield key, member
+        yield (prefix, key), member
 
 
 def verified_edges(bucket: tuple[bytes, Iterable[BandMember]], threshold: float):
@@ -369,10 +390,11 @@ class DropNearDuplicates(beam.PTransform):
     side input. Same result as `dedup.drop_minhash_groups`.
     """
 
-    def __init__(self, threshold: float, b: int, r: int, index: int = 0):
+    def __init__(self, threshold: float, b: int, r: int, index: int = 0, scope: tuple[str, ...] = ()):
         super().__init__()
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f'minhash threshold must be in (0, 1], got {threshold}')
+        self._scope = scope
         self._threshold = threshold
         self._b = b
         self._r = r
@@ -381,7 +403,7 @@ class DropNearDuplicates(beam.PTransform):
     def expand(self, chunks):
         decisions = (
             chunks
-            | 'EmitBandKeys' >> beam.FlatMap(band_entries, self._b, self._r)
+            | 'EmitBandKeys' >> beam.FlatMap(band_entries, self._b, self._r, self._scope)
             | 'GroupByBand' >> beam.GroupByKey()
             | 'VerifyPairs' >> beam.FlatMap(verified_edges, self._threshold)
             | 'GatherEdges' >> beam.combiners.ToList()
@@ -404,16 +426,16 @@ def filter_transform(index: int, spec: dedup.FilterSpec, config: dedup.FilterCon
     """
     name = spec.name
     if name == 'exact':
-        return DropExactDuplicates(index)
+        return DropExactDuplicates(index, config.scope)
     if name == 'minhash':
         b, r = config.minhash_config(spec.threshold).bands()
-        return DropNearDuplicates(spec.threshold, b, r, index)
+        return DropNearDuplicates(spec.threshold, b, r, index, config.scope)
     if name == 'random':
         return DropRandomly(spec.threshold, config.random_seed, index)
     if name == 'intra_doc':
         return DropIntraDocRedundancy(spec, config, index)
     if name in GLOBAL_FILTERS:
-        return DropGlobally(spec, index)
+        return DropGlobally(spec, index, config.scope)
     raise ValueError(f'unknown filter {name!r}')
 
 

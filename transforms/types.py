@@ -90,6 +90,12 @@ class Chunk:
       minhash: MinHash signature (uint64 hash values), once computed.
       topic: Cluster id of the embedding, for the `*_topics` filters.
       salience: Centrality in [0, 1] within its document, for `intra_doc`.
+      kind: `chunk` for a span cut by the chunker, `delta` for the novel
+        sentences of a chunk dropped as a near-duplicate (`transforms.deltas`).
+      delta_of: For a delta, the kept chunk that represents the dropped chunk
+        it comes from; None otherwise.
+      represents: For a kept chunk, the chunks dropped as its duplicates
+        (transitively through the filters), as sorted `(chunk_id, doc_id)`.
     """
     chunk_id: str
     doc_id: str
@@ -105,10 +111,13 @@ class Chunk:
     minhash: Optional[np.ndarray] = None
     topic: Optional[int] = None
     salience: Optional[float] = None
+    kind: str = 'chunk'
+    delta_of: Optional[str] = None
+    represents: tuple[tuple[str, str], ...] = ()
 
-    def sort_key(self) -> tuple[str, int]:
-        """Canonical output order: by document, then position."""
-        return (self.doc_id, self.chunk_index)
+    def sort_key(self) -> tuple[str, int, str]:
+        """Canonical output order: by document, then position (a delta after its chunk's position)."""
+        return (self.doc_id, self.chunk_index, self.chunk_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +134,10 @@ class Dropped:
     reason: str
     duplicate_of: Optional[str] = None
     score: Optional[float] = None
+
+
+CHUNK = 'chunk'
+DELTA = 'delta'
 
 
 def make_chunk_id(doc_id: str, chunk_index: int) -> str:

@@ -49,6 +49,12 @@ CHUNK_SCHEMA = pa.schema(
         ('entities', pa.list_(pa.string())),
         ('topic', pa.int32()),
         ('salience', pa.float32()),
+        # 'chunk', or 'delta': novel sentences of a near-duplicate (transforms/deltas.py).
+        ('kind', pa.string()),
+        # For a delta, the kept chunk representing the chunk it comes from.
+        ('delta_of', pa.string()),
+        # The chunks dropped as this chunk's duplicates, through every filter (transforms/lineage.py).
+        ('represents', pa.list_(pa.struct([('chunk_id', pa.string()), ('doc_id', pa.string())]))),
     ]
 )
 REJECTED_SCHEMA = pa.schema(
@@ -73,6 +79,8 @@ DOCUMENT_SCHEMA = pa.schema(
         # The text chunk offsets index into (extracted, for HTML/PDF/DOCX), and the raw
         # file it came from: size and blake2b (null for .jsonl/.parquet records).
         ('text', pa.string()), ('source_bytes', pa.int64()), ('source_hash', pa.string()),
+        # The document's metadata JSON: query-time filters match represented documents through it.
+        ('metadata', pa.string()),
     ]
 )
 
@@ -90,6 +98,7 @@ def chunks_table(chunks: list[Chunk]) -> pa.Table:
             columns[name].append(getattr(c, name))
     columns['embedding'] = [None if v is None else np.asarray(v, np.float32) for v in columns['embedding']]
     columns['entities'] = [None if v is None else list(v) for v in columns['entities']]
+    columns['represents'] = [[{'chunk_id': c, 'doc_id': d} for c, d in v] for v in columns['represents']]
     return pa.table(columns, schema=CHUNK_SCHEMA)
 
 
@@ -128,7 +137,8 @@ def documents_table(documents: Iterable[Document]) -> pa.Table:
     rows = sorted(documents, key=lambda d: d.doc_id)
     return pa.Table.from_pylist(
         [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text),
-          'text': d.text, 'source_bytes': d.source_bytes, 'source_hash': d.source_hash}
+          'text': d.text, 'source_bytes': d.source_bytes, 'source_hash': d.source_hash,
+          'metadata': d.metadata}
          for d in rows],
         schema=DOCUMENT_SCHEMA,
     )

@@ -72,14 +72,16 @@ def decisions(dropped):
 
 
 def check_accounting(out, manifest):
-    """Kept + dropped is every chunk, once; the index holds the kept ones only."""
+    """Kept + dropped is every chunk, once; the index holds the kept ones and the deltas only."""
     chunks, dropped, index = read_outputs(out)
-    kept_ids = [c['chunk_id'] for c in chunks]
+    kept_ids = [c['chunk_id'] for c in chunks if c['kind'] == 'chunk']
     dropped_ids = [d['chunk_id'] for d in dropped]
     assert sorted(kept_ids + dropped_ids) == sorted(ALL_CHUNKS)
     counts = manifest['counts']
     assert counts['chunks_before_filters'] == len(ALL_CHUNKS) == counts['chunks'] + counts['dropped']
-    assert counts['chunks'] == len(chunks) == index.ntotal
+    assert counts['chunks'] + counts['deltas'] == len(chunks) == index.ntotal
+    assert manifest['lineage']['ok']
+    chunks = [c for c in chunks if c['kind'] == 'chunk']
     assert sum(counts['dropped_by_reason'].values()) == len(dropped)
     assert all(d['duplicate_of'] in kept_ids for d in dropped if d['duplicate_of'])
     before = len(ALL_CHUNKS)
