@@ -18,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import changes, snapshots
-from transforms import dedup, feature_cache, read, write
+from transforms import dedup, feature_cache, indexes, read, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
@@ -110,6 +110,17 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--keep_runs', type=int, default=7,
                             help='Complete runs kept under OUTPUT/runs/ (with --versioned); '
                                  'the one LATEST names is never deleted.')
+        parser.add_argument('--num_shards', type=int, default=0,
+                            help='Parts per output table (chunks/, dropped/, rejected/, documents/ '
+                                 'and the feature cache); 0 = one per 2 MiB of input files, '
+                                 'at most 1024. Same shard count, same bytes.')
+        parser.add_argument('--index_type', type=str, default=indexes.DEFAULT_INDEX_TYPE,
+                            help='FAISS index_factory string, inner product: Flat (exact), '
+                                 'HNSW32, IVF1024,Flat, IVF4096,PQ32, ... (see the README for '
+                                 'which at which size).')
+        parser.add_argument('--index_train_size', type=int, default=indexes.DEFAULT_TRAIN_SIZE,
+                            help='Vectors an IVF or PQ index is trained on at most (a sample '
+                                 'fixed by the chunk ids).')
         parser.add_argument('--cache', type=str, default=None,
                             help='Root of the per-chunk feature cache (embeddings, entities, '
                                  'MinHash), any Beam filesystem; default: OUTPUT/cache with '
@@ -130,8 +141,12 @@ class BuildConfig:
     run_id: Optional[str] = None
     keep_runs: int = 7
     cache: Optional[str] = None
+    num_shards: int = 1
+    index: indexes.IndexConfig = indexes.IndexConfig()
 
     def __post_init__(self):
+        if self.num_shards < 1:
+            raise ValueError(f'num_shards must be >= 1, got {self.num_shards}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
         if self.keep_runs < 1:
@@ -152,6 +167,9 @@ class BuildConfig:
             if not getattr(options, flag):
                 raise ValueError(f'--{flag} is required (as a flag or in --config)')
         output = options.output.rstrip('/')
+        if options.num_shards < 0:
+            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {options.num_shards}')
+        num_shards = options.num_shards or write.default_num_shards(read.input_bytes(options.input))
         cache = options.cache
         if cache is None and options.versioned:
             cache = posixpath.join(output, snapshots.CACHE_DIR)
@@ -166,6 +184,8 @@ class BuildConfig:
             run_id=options.run_id,
             keep_runs=options.keep_runs,
             cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
+            num_shards=num_shards,
+            index=indexes.IndexConfig(options.index_type, options.index_train_size),
         )
 
 
@@ -275,7 +295,7 @@ def build_pipeline(
     _ = {
         'chunks': filtered['kept'], 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
-    } | 'WriteIndex' >> write.WriteIndex(output, dim)
+    } | 'WriteIndex' >> write.WriteIndex(output, dim, config.num_shards, config.index)
     return {
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
         'kept': filtered['kept'], 'dropped': filtered['dropped'],
@@ -405,6 +425,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
+    config.index.check(dim)
     ner_meta = check_ner(config.filters)
     locked = sorted(({config.output} if config.versioned else set()) | ({config.cache} if config.cache else set()))
     with contextlib.ExitStack() as stack:
@@ -415,7 +436,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         cache = None
         if config.cache:
-            cache = feature_cache.CacheRun.open(config.cache, cache_specs(config, model, ner_meta), target.run_id)
+            cache = feature_cache.CacheRun.open(
+                config.cache, cache_specs(config, model, ner_meta), target.run_id, config.num_shards)
         write.checkpoint('before_pipeline')
         started = time.perf_counter()
         pipeline = beam.Pipeline(options=options)
@@ -482,16 +504,12 @@ def log_filters(manifest: dict) -> None:
 
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wall_seconds) -> dict:
     """The run's resolved config, versions, counts, cache use and time per stage."""
-    import pyarrow.parquet as pq
-    from apache_beam.io.filesystems import FileSystems
+    def table(name, columns):
+        return write.read_table(posixpath.join(target.directory, name), columns)
 
-    def table(*parts):
-        with FileSystems.open(posixpath.join(target.directory, *parts)) as f:
-            return pq.read_table(f)
-
-    kept_docs = table(write.CHUNKS_DIR, write.PART_NAME).column('doc_id').to_pylist()
-    dropped = table(write.DROPPED_DIR, write.PART_NAME).select(['doc_id', 'reason']).to_pylist()
-    rejected = table(write.REJECTED_DIR, write.PART_NAME).column('reason').to_pylist()
+    kept_docs = table(write.CHUNKS_DIR, ['doc_id']).column('doc_id').to_pylist()
+    dropped = table(write.DROPPED_DIR, ['doc_id', 'reason']).to_pylist()
+    rejected = table(write.REJECTED_DIR, ['reason']).column('reason').to_pylist()
     counters = {}
     for r in result.metrics().query()['counters']:
         key = f'{r.key.metric.namespace}.{r.key.metric.name}'
@@ -556,6 +574,10 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
             'embed': counters.get('embed.msecs', 0) / 1000,
             'minhash': counters.get('features.minhash_msecs', 0) / 1000,
             'entities': counters.get('features.entity_msecs', 0) / 1000,
+            # Writing the table parts, then assembling the FAISS index and BM25 from them.
+            'write': counters.get('write.msecs', 0) / 1000,
+            'index': counters.get('index.msecs', 0) / 1000,
+            'bm25': counters.get('bm25.msecs', 0) / 1000,
         },
     }
 

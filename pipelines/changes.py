@@ -6,7 +6,6 @@ import dataclasses
 import posixpath
 from typing import Optional
 
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import write
@@ -30,11 +29,10 @@ class BuildState:
 
 
 def _table(directory: str, name: str, columns: list[str]):
-    path = posixpath.join(directory, name, write.PART_NAME)
+    path = posixpath.join(directory, name)
     if not FileSystems.exists(path):
         return None
-    with FileSystems.open(path) as f:
-        return pq.read_table(f, columns=columns)
+    return write.read_table(path, columns)
 
 
 def load_state(directory: str) -> BuildState:

@@ -49,7 +49,6 @@ LOG = logging.getLogger('ragsieve.query')
 # Everything a query needs; all written by the build (bm25/ only when chunks were kept).
 REQUIRED_FILES = (
     write.MANIFEST_FILE,
-    f'{write.CHUNKS_DIR}/{write.PART_NAME}',
     f'{write.INDEX_DIR}/{write.INDEX_FILE}',
     f'{write.INDEX_DIR}/{write.IDS_FILE}',
 )
@@ -124,6 +123,10 @@ def check_index_dir(index: str) -> dict:
     if not os.path.isdir(index):
         raise ValueError(f'--index {index!r} is not a directory')
     missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(index, f))]
+    try:
+        write.part_paths(os.path.join(index, write.CHUNKS_DIR))
+    except ValueError:
+        missing.append(f'{write.CHUNKS_DIR}/ (all its parts)')
     if write.MANIFEST_FILE in missing:
         raise ValueError(f'--index {index!r} is not a ragsieve index: no {write.MANIFEST_FILE}')
     if missing:
@@ -135,6 +138,27 @@ def check_index_dir(index: str) -> dict:
             f'--index {index!r} is incomplete: missing {write.BM25_DIR}/ (built before BM25 was '
             'part of the index? rebuild it)')
     return manifest
+
+
+def set_search_parameters(index, nprobe: Optional[int] = None, ef_search: Optional[int] = None) -> None:
+    """Sets `nprobe` (IVF) and `efSearch` (HNSW) on a FAISS index of any factory type.
+
+    Raises:
+      ValueError: For a value < 1, or a parameter the index type does not have
+        (e.g. --nprobe on a Flat or HNSW index).
+    """
+    import faiss
+
+    space = faiss.ParameterSpace()
+    for flag, name, value in (('--nprobe', 'nprobe', nprobe), ('--ef_search', 'efSearch', ef_search)):
+        if value is None:
+            continue
+        if value < 1:
+            raise ValueError(f'{flag} must be >= 1, got {value}')
+        try:
+            space.set_index_parameter(index, name, value)
+        except RuntimeError as e:
+            raise ValueError(f'{flag} does not apply to a {type(index).__name__} index') from e
 
 
 def index_model(manifest: dict) -> tuple[str, int]:
@@ -156,10 +180,12 @@ class Retriever:
       model_name: Name or path of the model to query with (of `model` when
         given); must be the one the index was built with.
       device: Torch device when the model is loaded here.
+      nprobe: IVF lists searched per query (IVF index types); None = FAISS's default (1).
+      ef_search: HNSW candidate list size (HNSW index types); None = FAISS's default (16).
 
     Raises:
-      ValueError: for a missing or incomplete index, or a model other than
-        the index's (name or dimension).
+      ValueError: for a missing or incomplete index, a model other than the
+        index's (name or dimension), or a search parameter the index type lacks.
     """
 
     def __init__(
@@ -169,6 +195,8 @@ class Retriever:
         model=None,
         model_name: Optional[str] = None,
         device: str = 'cpu',
+        nprobe: Optional[int] = None,
+        ef_search: Optional[int] = None,
     ):
         import faiss
         import pyarrow.parquet as pq
@@ -194,9 +222,10 @@ class Retriever:
         self.model = model
         self.dim = built_dim
 
-        table = pq.read_table(os.path.join(index, write.CHUNKS_DIR, write.PART_NAME), columns=CHUNK_COLUMNS)
+        table = write.read_table(os.path.join(index, write.CHUNKS_DIR), CHUNK_COLUMNS)
         ids = pq.read_table(os.path.join(index, write.INDEX_DIR, write.IDS_FILE)).column('chunk_id').to_pylist()
         self.faiss = faiss.read_index(os.path.join(index, write.INDEX_DIR, write.INDEX_FILE))
+        set_search_parameters(self.faiss, nprobe=nprobe, ef_search=ef_search)
         self.chunk_ids = table.column('chunk_id').to_pylist()
         if ids != self.chunk_ids or self.faiss.ntotal != len(ids):
             raise ValueError(
@@ -303,6 +332,10 @@ def parser() -> argparse.ArgumentParser:
                    help="Model to embed the question with; the index's own by default, and it "
                         'must be that one.')
     p.add_argument('--device', type=str, default='cpu', help='Torch device for the embedding model.')
+    p.add_argument('--nprobe', type=int, default=None,
+                   help='IVF index types: inverted lists searched per query (more: slower, better recall).')
+    p.add_argument('--ef_search', type=int, default=None,
+                   help='HNSW index types: candidate list size of the search (more: slower, better recall).')
     p.add_argument('--candidates', type=int, default=defaults.candidates,
                    help='N: the union of the dense top-N and the BM25 top-N is fused.')
     p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
@@ -359,7 +392,8 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
         dedup_threshold=args.dedup_threshold,
         **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
     )
-    retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device)
+    retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device,
+                          nprobe=args.nprobe, ef_search=args.ef_search)
     result = retriever.search(args.question, args.k)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))

@@ -46,6 +46,16 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
     Returns:
       `(root, paths)`: doc ids of text files are paths relative to `root`.
     """
+    root, matches = _match_input(pattern)
+    return root, sorted(m.path for m in matches)
+
+
+def input_bytes(pattern: str) -> int:
+    """Total size of the files `--input` names, from their metadata (nothing is read)."""
+    return sum(m.size_in_bytes for m in _match_input(pattern)[1])
+
+
+def _match_input(pattern: str):
     if _GLOB_CHARS.search(pattern):
         prefix = _GLOB_CHARS.split(pattern, 1)[0]
         root = prefix.rstrip('/') if prefix.endswith('/') else posixpath.dirname(prefix)
@@ -56,8 +66,7 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
     else:
         root = posixpath.dirname(pattern)
         glob = pattern
-    matches = FileSystems.match([glob])[0].metadata_list
-    return root, sorted(m.path for m in matches)
+    return root, FileSystems.match([glob])[0].metadata_list
 
 
 def _is_directory(path: str) -> bool:
