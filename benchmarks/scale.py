@@ -13,10 +13,13 @@ so the filters have real work that grows with N.
 So that the pipeline, not the model, is measured, chunks are embedded with a
 reduced model derived at run time from the packaged all-MiniLM-L6-v2: its
 first transformer layer only and max_seq_length 64, saved to a temporary
-directory and passed as `--embedding_model PATH`.
+directory and passed as `--embedding_model PATH`; torch and FAISS get one
+thread per process (--threads), so two workers fit two cores.
 
-Prints, per N: wall time, chunks/s, the busy seconds of each stage from the
-manifest (summed over workers), and the peak RSS (VmHWM, sampled from /proc
+Prints, per N: wall time, chunks/s, CPU seconds of the launcher and its
+workers (wall time on a shared machine also measures the neighbours; CPU time
+far less), the busy seconds of each stage from the manifest (summed over
+workers), and the peak RSS (VmHWM, sampled from /proc
 every --sample_s) of the launcher and of each SDK worker process. The targets
 (issue 11): wall time linear within 10% from the smallest to the largest N,
 worker peak RSS flat within 25%.
@@ -198,14 +201,23 @@ class TreeSampler(threading.Thread):
         self.join()
 
 
-def build_once(corpus: str, out: str, model: str, chunk_size: int, sample_s: float, extra: list[str]) -> dict:
-    """Runs one build job in a subprocess; returns its manifest, wall time and peak RSS per process."""
+def build_once(
+    corpus: str, out: str, model: str, chunk_size: int, sample_s: float, threads: int, extra: list[str],
+) -> dict:
+    """Runs one build job in a subprocess; returns its manifest, wall and CPU time, peak RSS per process."""
+    import resource
+
     argv = [
         sys.executable, '-m', 'pipelines.build_index', '--input', corpus, '--output', out,
         '--embedding_model', model, '--chunk_size', str(chunk_size),
         '--direct_running_mode=multi_processing', '--direct_num_workers=2', *extra,
     ]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    if threads:
+        # Workers inherit it: two workers of N torch threads each on a small, shared machine
+        # would measure the oversubscription, not the pipeline.
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = TreeSampler(proc.pid, sample_s)
@@ -213,6 +225,9 @@ def build_once(corpus: str, out: str, model: str, chunk_size: int, sample_s: flo
     log, _ = proc.communicate()
     wall = time.perf_counter() - started
     sampler.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Launcher and every worker it waited for: robust to other load on the machine, unlike wall time.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode:
         raise RuntimeError(f'build failed ({proc.returncode}):\n{log[-4000:]}')
     with open(os.path.join(out, 'manifest.json')) as f:
@@ -222,6 +237,7 @@ def build_once(corpus: str, out: str, model: str, chunk_size: int, sample_s: flo
                if pid != proc.pid and 'sdk_worker' in sampler.cmdlines.get(pid, '') and kib > 32 * 1024}
     return {
         'wall': wall,
+        'cpu': cpu,
         'manifest': manifest,
         'launcher_mib': sampler.peaks.get(proc.pid, 0) / 1024,
         'worker_mib': sorted((kib / 1024 for kib in workers.values()), reverse=True),
@@ -237,14 +253,14 @@ def stage_seconds(manifest: dict) -> dict:
 def report(rows: list[dict]) -> str:
     """A Markdown table of the runs, then the growth from the first size to the last."""
     stages = sorted({k for r in rows for k in stage_seconds(r['manifest'])})
-    head = (['N chunks', 'kept', 'wall s', 'chunks/s']
+    head = (['N chunks', 'kept', 'wall s', 'chunks/s', 'CPU s']
             + [f'{s} s' for s in stages] + ['launcher MiB', 'workers MiB'])
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for r in rows:
         counts = r['manifest']['counts']
         n = counts['chunks_before_filters']
         secs = stage_seconds(r['manifest'])
-        cells = [str(n), str(counts['chunks']), f"{r['wall']:.1f}", f"{n / r['wall']:.0f}"]
+        cells = [str(n), str(counts['chunks']), f"{r['wall']:.1f}", f"{n / r['wall']:.0f}", f"{r.get('cpu', 0):.0f}"]
         cells += [f'{secs.get(s, 0):.1f}' for s in stages]
         cells += [f"{r['launcher_mib']:.0f}", ' / '.join(f'{m:.0f}' for m in r['worker_mib']) or '-']
         lines.append('| ' + ' | '.join(cells) + ' |')
@@ -254,7 +270,8 @@ def report(rows: list[dict]) -> str:
         wa, wb = max(a['worker_mib'] or [0]), max(b['worker_mib'] or [0])
         lines.append('')
         lines.append(
-            f"{na} -> {nb} chunks ({nb / na:.2f}x): wall time {b['wall'] / a['wall']:.2f}x "
+            f"{na} -> {nb} chunks ({nb / na:.2f}x): wall time {b['wall'] / a['wall']:.2f}x, "
+            f"CPU time {b.get('cpu', 0) / max(a.get('cpu', 0), 1e-9):.2f}x "
             f"(linear within 10%: <= {1.1 * nb / na:.2f}x), largest worker peak RSS "
             f"{wb / wa if wa else float('nan'):.2f}x (flat within 25%: <= 1.25x), launcher peak RSS "
             f"{b['launcher_mib'] / a['launcher_mib']:.2f}x")
@@ -272,6 +289,8 @@ def main():
     parser.add_argument('--near_rate', type=float, default=0.05,
                         help='Fraction of paragraphs that are near copies (one word replaced).')
     parser.add_argument('--sample_s', type=float, default=0.5, help='Seconds between /proc samples.')
+    parser.add_argument('--threads', type=int, default=1,
+                        help='OMP_NUM_THREADS of the build and its workers (torch, FAISS); 0 = leave as is.')
     parser.add_argument('--json_out', type=str, default=None, help='Also write the results as JSON here.')
     parser.add_argument('--keep', type=str, default=None,
                         help='Keep corpora and outputs under this folder (default: a temporary one).')
@@ -295,7 +314,7 @@ def main():
         print(f'N={n}: {plan["documents"]} documents, planted {plan["planted"]["exact"]} exact and '
               f'{plan["planted"]["near"]} near copies; building...', flush=True)
         row = build_once(corpus, os.path.join(work, f'out-{n}'), model, args.chunk_size, args.sample_s,
-                         args.build_flags)
+                         args.threads, args.build_flags)
         row['n'] = n
         row['plan'] = plan
         rows.append(row)

@@ -84,8 +84,6 @@ DOCUMENT_SCHEMA = pa.schema(
 )
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
     """One sharded output table: its directory, its columns, how rows are sharded and ordered.
