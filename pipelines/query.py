@@ -165,6 +165,19 @@ def read_index_file(path: str, load):
         raise ValueError(f'{path} is corrupt or unreadable ({type(e).__name__}: {first_line})') from None
 
 
+def read_table_parts(directory: str, columns: Sequence[str]):
+    """A sharded table read part by part, so a failure names the part that broke it.
+
+    Raises:
+      ValueError: As `read_index_file` does, or if the directory holds no complete set of parts.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = read_index_file(directory, write.part_paths)
+    return pa.concat_tables([read_index_file(p, lambda path: pq.read_table(path, columns=columns)) for p in parts])
+
+
 def load_bm25(directory: str):
     """The BM25 index of `directory`; a failure names the file that broke it.
 
@@ -286,8 +299,7 @@ class Retriever:
         self.model = model
         self.dim = built_dim
 
-        table = read_index_file(os.path.join(index, write.CHUNKS_DIR),
-                                lambda p: write.read_table(p, CHUNK_COLUMNS))
+        table = read_table_parts(os.path.join(index, write.CHUNKS_DIR), CHUNK_COLUMNS)
         ids = read_index_file(os.path.join(index, write.INDEX_DIR, write.IDS_FILE),
                               lambda p: pq.read_table(p).column('chunk_id').to_pylist())
         faiss_file = os.path.join(index, write.INDEX_DIR, write.INDEX_FILE)
