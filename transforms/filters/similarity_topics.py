@@ -1,0 +1,14 @@
+"""Similarity + Topics: cosine to an already kept chunk, greedy in keep order (the study's `Similarity + Topics`)."""
+
+from transforms import dedup
+from transforms.filters import SCOPE, FilterDef
+
+
+def decide(chunks, threshold, config):
+    return dedup.drop_similar(chunks, threshold, require_same_topic=True, require_shared_entity=False)
+
+
+FILTER = FilterDef(
+    name='similarity_topics', label='Similarity + Topics', position=4,
+    removes='... and the same KMeans topic',
+    default=0.8, needs=frozenset({'topics'}), strategy=SCOPE, decide=decide)

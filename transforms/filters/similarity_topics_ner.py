@@ -1,0 +1,14 @@
+"""Similarity + Topics + NER: cosine to an already kept chunk, greedy in keep order (the study's `Similarity + Topics + NER`)."""
+
+from transforms import dedup
+from transforms.filters import SCOPE, FilterDef
+
+
+def decide(chunks, threshold, config):
+    return dedup.drop_similar(chunks, threshold, require_same_topic=True, require_shared_entity=True)
+
+
+FILTER = FilterDef(
+    name='similarity_topics_ner', label='Similarity + Topics + NER', position=6,
+    removes='... and both',
+    default=0.8, needs=frozenset({'topics', 'entities'}), strategy=SCOPE, decide=decide)
