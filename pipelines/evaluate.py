@@ -363,7 +363,8 @@ def with_features(
         fields['entities'] = resources.entities(texts)
     if names & filters.needing('topics') and len(chunks):
         # Same as features.with_topics: KMeans over the canonical order.
-        fields['topic'] = [int(t) for t in dedup.topics(vectors, settings.n_topics, settings.topic_seed)]
+        fields['topic'] = [int(t) for t in dedup.topics(
+            vectors, settings.n_topics, settings.topic_seed, [c.chunk_id for c in chunks])]
     return [
         dataclasses.replace(c, **{k: v[i] for k, v in fields.items()}) for i, c in enumerate(chunks)
     ]

@@ -14,7 +14,6 @@ from apache_beam.metrics import Metrics
 
 from transforms import dedup, filters
 from transforms.scope import chunk_scope
-from transforms.dedup import BandMember
 from transforms.types import Chunk, Dropped
 
 LOG = logging.getLogger('ragsieve.build')
@@ -325,129 +324,6 @@ class DropPerChunk(beam.PTransform):
 def DropRandomly(ratio: float, seed: int, index: int = 0) -> DropPerChunk:
     """Random control: each chunk dropped with probability `ratio`, seeded by its id."""
     return DropPerChunk(dedup.FilterSpec('random', ratio), dedup.FilterConfig(random_seed=seed), index)
-
-
-# --- minhash ---------------------------------------------------------------------------
-
-
-def band_entries(chunk: Chunk, b: int, r: int, scope: Sequence[str] = ()):
-    """`((scope key, band_key), BandMember)` for each LSH band (`dedup.band_members`).
-
-    The scope key in the bucket key means chunks of different scopes never
-    share a bucket, so they are never candidates.
-    """
-    prefix = chunk_scope(chunk, scope)
-    for key, member in dedup.band_members(chunk, b, r):
-        yield (prefix, key), member
-
-
-def verified_edges(bucket: tuple[tuple, Iterable[BandMember]], threshold: float):
-    """The verified edges of one bucket (`dedup.bucket_edges`: O(n) comparisons)."""
-    _, members = bucket
-    return dedup.bucket_edges(members, threshold)
-
-
-def resolve_components(edges: Iterable[tuple]) -> list[tuple[str, str]]:
-    """`(dropped chunk_id, keeper chunk_id)` for every chunk a component drops, sorted."""
-    return sorted(dedup.minhash_keepers(edges).items())
-
-
-def chunk_id_key(chunk: Chunk) -> tuple[str, Chunk]:
-    return chunk.chunk_id, chunk
-
-
-def signature_by_id(chunk: Chunk) -> tuple[str, np.ndarray]:
-    return chunk.chunk_id, chunk.minhash
-
-
-def keeper_first(decision: tuple[str, str]) -> tuple[str, str]:
-    dropped_id, keeper_id = decision
-    return keeper_id, dropped_id
-
-
-def send_keeper_signature(joined):
-    """`(dropped_id, (keeper_id, keeper signature))` for each chunk a keeper replaces."""
-    keeper_id, groups = joined
-    signatures = list(groups['signature'])
-    for dropped_id in groups['dropped']:
-        yield dropped_id, (keeper_id, signatures[0])
-
-
-class SplitByDecisionFn(beam.DoFn):
-    """Joins a chunk with its decision (if any): kept, or dropped with its Jaccard to the keeper."""
-
-    def __init__(self, index: int, reason: str):
-        self._index = index
-        self._reason = reason
-
-    def setup(self):
-        self._counters = _Counters(self._index, self._reason)
-
-    def process(self, joined):
-        _, groups = joined
-        for chunk in groups['chunk']:
-            keepers = list(groups['keeper'])
-            if not keepers:
-                self._counters.count(1, [])
-                yield chunk
-                continue
-            keeper_id, keeper_sig = keepers[0]
-            score = dedup.estimated_jaccard(np.asarray(chunk.minhash, np.uint64), np.asarray(keeper_sig, np.uint64))
-            dropped = Dropped(chunk, self._reason, keeper_id, score)
-            self._counters.count(0, [dropped])
-            yield pvalue.TaggedOutput(DROPPED, dropped)
-
-
-class DropNearDuplicates(beam.PTransform):
-    """MinHash-LSH. PCollection[Chunk] (with minhash) -> {'kept', 'dropped'}.
-
-    Candidates come from a GroupByKey on `(scope, LSH band key)` (never all
-    pairs) and are verified in O(n) per bucket (`dedup.bucket_edges`); only
-    the verified edges, `(id, keep key, id, keep key)` tuples without
-    signatures, are gathered on one worker: they stay small (at most
-    `dedup.LSH_ANCHORS + 1` per bucket member, distinct, and only for chunks
-    that have a near-duplicate). Components keep their first chunk
-    (`dedup.minhash_keepers`). The decisions reach the chunks by keyed joins
-    (CoGroupByKey on chunk_id: first the keeper's signature, for the score,
-    then the chunk), never a side input. Same functions as
-    `dedup.drop_minhash_groups`, so the same result.
-    """
-
-    def __init__(self, threshold: float, b: int, r: int, index: int = 0, scope: tuple[str, ...] = ()):
-        super().__init__()
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f'minhash threshold must be in (0, 1], got {threshold}')
-        self._scope = scope
-        self._threshold = threshold
-        self._b = b
-        self._r = r
-        self._index = index
-
-    def expand(self, chunks):
-        decisions = (
-            chunks
-            | 'EmitBandKeys' >> beam.FlatMap(band_entries, self._b, self._r, self._scope)
-            | 'GroupByBand' >> beam.GroupByKey()
-            | 'VerifyBucket' >> beam.FlatMap(verified_edges, self._threshold)
-            | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()
-            | 'ResolveComponents' >> beam.FlatMap(resolve_components)
-        )
-        keeper_signatures = (
-            {
-                'signature': chunks | 'SignatureById' >> beam.Map(signature_by_id),
-                'dropped': decisions | 'KeyByKeeper' >> beam.Map(keeper_first),
-            }
-            | 'JoinKeepers' >> beam.CoGroupByKey()
-            | 'SendKeeperSignature' >> beam.FlatMap(send_keeper_signature)
-        )
-        outputs = (
-            {'chunk': chunks | 'ChunkById' >> beam.Map(chunk_id_key), 'keeper': keeper_signatures}
-            | 'JoinDecisions' >> beam.CoGroupByKey()
-            | 'SplitByDecision' >> beam.ParDo(SplitByDecisionFn(self._index, 'minhash'))
-            .with_outputs(DROPPED, main=KEPT)
-        )
-        return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
 
 
 # --- the sequence ----------------------------------------------------------------------

@@ -22,17 +22,14 @@ from transforms.filter_chunks import (
     DropExactDuplicates,
     DropGlobally,
     DropIntraDocRedundancy,
-    DropNearDuplicates,
     DropRandomly,
     FilterChunks,
     PerChunkFn,
-    band_entries,
     drop_exact_group,
     intra_doc_group,
-    resolve_components,
     step_label,
-    verified_edges,
 )
+from transforms.filter_pairs import DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
 from transforms.minhash import MinHashConfig, signatures
 from transforms.types import Chunk, Dropped
 
@@ -166,7 +163,8 @@ def test_drop_intra_doc_redundancy_per_document():
     run_filter(chunks, DropIntraDocRedundancy(spec, dedup.FilterConfig()))(*expect((kept, dropped)))
 
 
-GLOBAL_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner', 'ner_half')
+GLOBAL_FILTERS = ('ner_half',)
+SIMILARITY_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner')
 
 
 def pure_global(name, chunks):
@@ -187,6 +185,26 @@ def test_drop_globally_matches_pure_filters():
             assert dropped
             label = step_label(0, name)
             out = created | label >> DropGlobally(dedup.FilterSpec(name))
+            assert_that(out[KEPT] | f'{label}KeptIds' >> beam.Map(chunk_id_of), equal_to(kept),
+                        label=f'{label}CheckKept')
+            assert_that(out[DROPPED] | f'{label}Decisions' >> beam.Map(decision_of), equal_to(dropped),
+                        label=f'{label}CheckDropped')
+
+
+@pytest.mark.parametrize('cluster_size', [500, 3])
+def test_similar_pairs_match_the_pure_greedy_filters(cluster_size):
+    # cluster_size 3 makes several clusters of the small corpus: candidates
+    # then come from the 3 nearest clusters only.
+    chunks = mixed_corpus()
+    with TestPipeline() as p:
+        created = p | 'Create' >> beam.Create(chunks[::-1], reshuffle=False)
+        for name in SIMILARITY_FILTERS:
+            kept, dropped = expect(pure_global(name, chunks))
+            assert dropped
+            label = step_label(0, name)
+            transform = DropSimilarPairs(dedup.FilterSpec(name), dedup.FilterConfig(), 0, 'topics' in name,
+                                         name.endswith('_ner'), cluster_size=cluster_size)
+            out = created | label >> transform
             assert_that(out[KEPT] | f'{label}KeptIds' >> beam.Map(chunk_id_of), equal_to(kept),
                         label=f'{label}CheckKept')
             assert_that(out[DROPPED] | f'{label}Decisions' >> beam.Map(decision_of), equal_to(dropped),

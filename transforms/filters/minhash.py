@@ -10,7 +10,7 @@ def decide(chunks, threshold, config):
 
 
 def transform(index, spec, config):
-    from transforms.filter_chunks import DropNearDuplicates
+    from transforms.filter_pairs import DropNearDuplicates
 
     b, r = config.minhash_config(spec.threshold).bands()
     return DropNearDuplicates(spec.threshold, b, r, index, config.scope)
