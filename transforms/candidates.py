@@ -158,3 +158,46 @@ def greedy_keep_first(edges: Iterable[tuple[str, tuple, str, tuple, float]]) -> 
         else:
             decisions[chunk_id] = best
     return decisions
+
+
+# --- NER Half: candidates from an inverted index on entity names ------------------------
+
+# A posting (the chunks of one entity name) longer than this is hot (`US`,
+# `Python`): each member is then compared only with the posting's first
+# MAX_POSTING members in keep order, O(n) instead of O(n^2), and counted.
+MAX_POSTING = 2_000
+
+
+@dataclasses.dataclass(frozen=True)
+class NerMember:
+    """What a posting holds of a chunk: its id, keep key and entity names."""
+
+    chunk_id: str
+    keep_key: tuple
+    names: frozenset
+
+
+def half_overlap_edges(
+    members: Iterable[NerMember], max_posting: int = MAX_POSTING
+) -> tuple[list[tuple[str, tuple, str, tuple, float]], bool]:
+    """NER Half's verified edges within one posting.
+
+    A later chunk (keep order) may be dropped by an earlier one holding at
+    least half of its names: the edge's score is that share. Members are
+    compared with every earlier member, or with the first `max_posting` only
+    in a hot posting.
+
+    Returns:
+      `(edges, capped)`: edges `(later_id, later_key, earlier_id, earlier_key,
+      share)`, and whether the posting was hot.
+    """
+    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
+    edges = []
+    for y in range(1, len(ordered)):
+        late = ordered[y]
+        for x in range(min(y, max_posting)):
+            early = ordered[x]
+            share = len(late.names & early.names) / len(late.names)
+            if share >= 0.5:
+                edges.append((late.chunk_id, late.keep_key, early.chunk_id, early.keep_key, share))
+    return edges, len(ordered) > max_posting + 1

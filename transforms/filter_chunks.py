@@ -72,19 +72,6 @@ def drop_exact_group(chunks: Iterable[Chunk]) -> tuple[list[Chunk], list[Dropped
     return decide_group(chunks, dedup.FilterSpec('exact'), dedup.FilterConfig())
 
 
-def drop_global(
-    chunks: Iterable[Chunk], spec: dedup.FilterSpec, config: dedup.FilterConfig = dedup.FilterConfig()
-) -> tuple[list[Chunk], list[Dropped]]:
-    """Applies a `SCOPE` filter to all the chunks of one scope, in canonical order.
-
-    Raises:
-      ValueError: If `spec` is not a filter of the `SCOPE` strategy.
-    """
-    if filters.get(spec.name).strategy != filters.SCOPE:
-        raise ValueError(f'{spec.name!r} is not a global filter')
-    return decide_group(chunks, spec, config)
-
-
 class ApplyFilterFn(beam.DoFn):
     """Applies `fn(chunks) -> (kept, dropped)` to each group; dropped go to a tagged output."""
 
@@ -165,45 +152,6 @@ def DropExactDuplicates(index: int = 0, scope: tuple[str, ...] = ()) -> DropByKe
 def keyed_by(chunk: Chunk, key_fn: Callable[[Chunk], str], scope: Sequence[str]) -> tuple[tuple[str, str], Chunk]:
     """`((scope key, key_fn(chunk)), chunk)`: a filter's grouping key, never across scopes."""
     return (chunk_scope(chunk, scope), key_fn(chunk)), chunk
-
-
-def scope_of(chunk: Chunk, scope: Sequence[str]) -> str:
-    """The partition key of the global filters: one greedy pass per scope."""
-    return chunk_scope(chunk, scope)
-
-
-class DropGlobally(beam.PTransform):
-    """A `SCOPE` filter (today: Similarity [+ Topics] [+ NER], NER Half).
-
-    PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
-    The study's greedy rule visits all chunks in one global order, so the
-    surviving chunks of each scope are gathered on one worker (a GroupByKey
-    on the scope key: the whole corpus when no scope is set) and the pure
-    filter (FAISS candidate search inside) decides.
-    """
-
-    def __init__(self, spec: dedup.FilterSpec, index: int = 0, scope: tuple[str, ...] = (),
-                 config: dedup.FilterConfig = dedup.FilterConfig()):
-        super().__init__()
-        scoped = sorted(n for n, f in filters.registry().items() if f.strategy == filters.SCOPE)
-        if spec.name not in scoped:
-            raise ValueError(f'{spec.name!r} is not a global filter; expected one of {scoped}')
-        self._spec = spec
-        self._index = index
-        self._scope = scope
-        self._config = config
-
-    def expand(self, chunks):
-        fn = functools.partial(drop_global, spec=self._spec, config=self._config)
-        outputs = (
-            chunks
-            | 'KeyByScope' >> beam.WithKeys(scope_of, self._scope)
-            | 'GatherScope' >> beam.GroupByKey()
-            | 'ScopeGroups' >> beam.Values()
-            | 'DropRedundant' >> beam.ParDo(ApplyFilterFn(self._index, self._spec.name, fn))
-            .with_outputs(DROPPED, main=KEPT)
-        )
-        return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
 
 
 # --- intra_doc -----------------------------------------------------------------------
@@ -342,8 +290,6 @@ def filter_transform(index: int, spec: dedup.FilterSpec, config: dedup.FilterCon
         return DropPerChunk(spec, config, index)
     if definition.strategy == filters.GROUPED:
         return DropByKey(spec, config, index)
-    if definition.strategy == filters.SCOPE:
-        return DropGlobally(spec, index, config.scope, config)
     raise ValueError(f'filter {spec.name!r}: strategy {definition.strategy!r} needs a beam_transform')
 
 

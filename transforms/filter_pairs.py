@@ -313,3 +313,75 @@ class DropSimilarPairs(beam.PTransform):
             | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
         )
         return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, self._spec.name)
+
+
+# --- NER Half ----------------------------------------------------------------------------
+
+HOT_POSTINGS = 'hot_postings'  # entity postings compared against their first members only
+
+
+def posting_entries(chunk: Chunk, scope: Sequence[str]):
+    """`((scope, entity name), NerMember)` per name; a chunk without entities is in no posting.
+
+    Raises:
+      ValueError: If the chunk's entities were never extracted.
+    """
+    if chunk.entities is None:
+        raise ValueError(f'chunk {chunk.chunk_id} has no entities')
+    names = entity_names(chunk.entities)
+    member = candidates.NerMember(chunk.chunk_id, dedup.keep_order_key(chunk), names)
+    prefix = chunk_scope(chunk, scope)
+    for name in sorted(names):
+        yield (prefix, name), member
+
+
+class VerifyPostingFn(beam.DoFn):
+    """One entity posting -> NER Half's verified edges (hot postings capped, counted)."""
+
+    def __init__(self, index: int, max_posting: int):
+        self._namespace = counter_namespace(index, 'ner_half')
+        self._max_posting = max_posting
+
+    def setup(self):
+        self._hot = Metrics.counter(self._namespace, HOT_POSTINGS)
+        self._edges = Metrics.counter(self._namespace, EDGES)
+
+    def process(self, posting):
+        _, members = posting
+        edges, capped = candidates.half_overlap_edges(members, self._max_posting)
+        if capped:
+            self._hot.inc()
+        self._edges.inc(len(edges))
+        yield from edges
+
+
+class DropHalfEntityOverlaps(beam.PTransform):
+    """NER Half without gathering chunks. PCollection[Chunk] (with entities) -> {'kept', 'dropped'}.
+
+    An inverted index on entity names (a GroupByKey on `(scope, name)`)
+    gives the candidates; each posting yields the pairs where an earlier
+    chunk (keep order) holds at least half of a later one's names, and only
+    those edges are gathered and resolved by the greedy rule
+    (`candidates.greedy_keep_first`: the most shared names, then earliest).
+    Same result as `dedup.drop_ner_half` unless a hot posting was capped.
+    """
+
+    def __init__(self, config: dedup.FilterConfig, index: int = 0, max_posting: int = candidates.MAX_POSTING):
+        super().__init__()
+        if max_posting < 1:
+            raise ValueError(f'max_posting must be >= 1, got {max_posting}')
+        self._config = config
+        self._index = index
+        self._max_posting = max_posting
+
+    def expand(self, chunks):
+        decisions = (
+            chunks
+            | 'EmitPostings' >> beam.FlatMap(posting_entries, self._config.scope)
+            | 'GroupByEntity' >> beam.GroupByKey()
+            | 'VerifyPosting' >> beam.ParDo(VerifyPostingFn(self._index, self._max_posting))
+            | 'DistinctEdges' >> beam.Distinct()
+            | 'GatherEdges' >> beam.combiners.ToList()
+            | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
+        )
+        return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, 'ner_half')

@@ -20,7 +20,7 @@ from transforms.filter_chunks import (
     KEPT,
     ApplyFilterFn,
     DropExactDuplicates,
-    DropGlobally,
+    DropByKey,
     DropIntraDocRedundancy,
     DropRandomly,
     FilterChunks,
@@ -29,7 +29,7 @@ from transforms.filter_chunks import (
     intra_doc_group,
     step_label,
 )
-from transforms.filter_pairs import DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
+from transforms.filter_pairs import DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
 from transforms.minhash import MinHashConfig, signatures
 from transforms.types import Chunk, Dropped
 
@@ -163,7 +163,6 @@ def test_drop_intra_doc_redundancy_per_document():
     run_filter(chunks, DropIntraDocRedundancy(spec, dedup.FilterConfig()))(*expect((kept, dropped)))
 
 
-GLOBAL_FILTERS = ('ner_half',)
 SIMILARITY_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner')
 
 
@@ -176,19 +175,20 @@ def pure_global(name, chunks):
     return dedup.drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
 
 
-def test_drop_globally_matches_pure_filters():
+@pytest.mark.parametrize('max_posting', [2_000, 1])
+def test_half_entity_overlaps_match_the_pure_filter(max_posting):
+    # max_posting 1 caps every posting: the tiny corpus's edges are all to its first members anyway.
     chunks = mixed_corpus()
-    with TestPipeline() as p:
-        created = p | 'Create' >> beam.Create(chunks[::-1], reshuffle=False)
-        for name in GLOBAL_FILTERS:
-            kept, dropped = expect(pure_global(name, chunks))
-            assert dropped
-            label = step_label(0, name)
-            out = created | label >> DropGlobally(dedup.FilterSpec(name))
-            assert_that(out[KEPT] | f'{label}KeptIds' >> beam.Map(chunk_id_of), equal_to(kept),
-                        label=f'{label}CheckKept')
-            assert_that(out[DROPPED] | f'{label}Decisions' >> beam.Map(decision_of), equal_to(dropped),
-                        label=f'{label}CheckDropped')
+    kept, dropped = expect(pure_global('ner_half', chunks))
+    assert dropped
+    run_filter(chunks[::-1], DropHalfEntityOverlaps(dedup.FilterConfig(), 0, max_posting))(kept, dropped)
+
+
+def test_grouped_ner_exact_matches_the_pure_filter():
+    chunks = mixed_corpus()
+    kept, dropped = expect(pure_global('ner_exact', chunks))
+    assert dropped
+    run_filter(chunks[::-1], DropByKey(dedup.FilterSpec('ner_exact'), dedup.FilterConfig()))(kept, dropped)
 
 
 @pytest.mark.parametrize('cluster_size', [500, 3])
@@ -209,11 +209,6 @@ def test_similar_pairs_match_the_pure_greedy_filters(cluster_size):
                         label=f'{label}CheckKept')
             assert_that(out[DROPPED] | f'{label}Decisions' >> beam.Map(decision_of), equal_to(dropped),
                         label=f'{label}CheckDropped')
-
-
-def test_drop_globally_rejects_other_filters():
-    with pytest.raises(ValueError, match='not a global filter'):
-        DropGlobally(dedup.FilterSpec('exact'))
 
 
 def test_filter_chunks_in_sequence_accounts_for_every_chunk():

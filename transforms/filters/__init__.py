@@ -22,8 +22,7 @@ FEATURES = ('minhash', 'entities', 'topics')
 PER_CHUNK = 'per_chunk'  # the decision for a chunk depends on that chunk only
 GROUPED = 'grouped'  # groups by `(scope, group_key(chunk))`, `decide` runs per group
 PAIRS = 'pairs'  # candidate pairs from keys -> verified edges -> components
-SCOPE = 'scope'  # the scope's surviving chunks on one worker (not scaled out yet)
-STRATEGIES = (PER_CHUNK, GROUPED, PAIRS, SCOPE)
+STRATEGIES = (PER_CHUNK, GROUPED, PAIRS)
 
 
 @dataclasses.dataclass(frozen=True)
