@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
+
+from transforms.dedup import unit_rows
 
 # Chunks a cluster should hold on average: k = n / CLUSTER_SIZE clusters.
 CLUSTER_SIZE = 500
@@ -48,25 +49,17 @@ class SimMember:
     entities: Optional[frozenset] = None
 
 
-def sample_rank(chunk_id: str) -> bytes:
-    """The sampling rank of a chunk for the candidate clustering (smallest first)."""
-    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'candidates').digest()
-
-
-def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length in float64 (zero rows stay zero), as `dedup._unit_rows`."""
-    x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
-
-
 def n_clusters(n_total: int, cluster_size: int = CLUSTER_SIZE) -> int:
     """Clusters for `n_total` chunks: about `cluster_size` chunks each, at least 1."""
     return max(1, round(n_total / cluster_size))
 
 
 def train_clusters(sample: np.ndarray, n_total: int, seed: int = 0, cluster_size: int = CLUSTER_SIZE):
-    """Centroids `(k, dim)` of a seeded KMeans on the sample (canonical order); None for one cluster."""
+    """Centroids `(k, dim)` of a seeded KMeans on the sample (canonical order); None for one cluster.
+
+    One KMeans init (not the topics' 4): the clusters only propose candidates,
+    and the probes cover a poor border.
+    """
     from sklearn.cluster import KMeans
 
     k = min(len(sample), n_clusters(n_total, cluster_size))

@@ -537,7 +537,8 @@ def drop_random(
     return _split(chunks, dropped)
 
 
-def _unit_rows(embeddings: np.ndarray) -> np.ndarray:
+def unit_rows(embeddings: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length in float64 (zero rows stay zero)."""
     x = np.asarray(embeddings, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f'embeddings must be a 2-D array, got shape {x.shape}')
@@ -561,7 +562,7 @@ def similar_pairs(embeddings: np.ndarray, threshold: float) -> list[list[tuple[i
     """
     import faiss
 
-    x64 = _unit_rows(embeddings)
+    x64 = unit_rows(embeddings)
     n = x64.shape[0]
     out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
     if n < 2:
@@ -739,7 +740,7 @@ def salience(embeddings: np.ndarray) -> np.ndarray:
     Returns:
       `(n,)` float64 salience values.
     """
-    x = _unit_rows(embeddings) if len(embeddings) else np.zeros((0, 1))
+    x = unit_rows(embeddings) if len(embeddings) else np.zeros((0, 1))
     n = x.shape[0]
     if n == 0:
         return np.zeros(0)
@@ -809,7 +810,7 @@ def intra_doc(
     with_embedding = [i for i, c in enumerate(chunks) if c.embedding is not None]
     if not with_embedding:
         return current, []
-    vectors = _unit_rows(np.stack([chunks[i].embedding for i in with_embedding]))
+    vectors = unit_rows(np.stack([chunks[i].embedding for i in with_embedding]))
     scores = salience(vectors)
     row = {}
     for r, (i, s) in enumerate(zip(with_embedding, scores)):
@@ -858,9 +859,9 @@ def default_n_topics(n: int) -> int:
 TOPIC_SAMPLE = 20_000
 
 
-def topic_sample_rank(chunk_id: str) -> bytes:
-    """The sampling rank of a chunk: the `TOPIC_SAMPLE` smallest are trained on."""
-    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'topics').digest()
+def sample_rank(chunk_id: str) -> bytes:
+    """The sampling rank of a chunk: models trained on a bounded sample take the smallest."""
+    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'sample').digest()
 
 
 def train_topics(sample: np.ndarray, n_total: int, n_topics: Optional[int] = None, seed: int = 0):
@@ -893,14 +894,14 @@ def train_topics(sample: np.ndarray, n_total: int, n_topics: Optional[int] = Non
     k = min(len(sample), n_topics if n_topics is not None else default_n_topics(n_total))
     if k <= 1:
         return None
-    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit(_unit_rows(sample))
+    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit(unit_rows(sample))
 
 
 def assign_topics(model, embeddings: np.ndarray) -> np.ndarray:
     """`(n,)` int64 topic ids: each unit embedding's nearest centroid (0 without a model)."""
     if model is None or not len(embeddings):
         return np.zeros(len(embeddings), dtype=np.int64)
-    return model.predict(_unit_rows(embeddings)).astype(np.int64)
+    return model.predict(unit_rows(embeddings)).astype(np.int64)
 
 
 def topics(
@@ -909,7 +910,7 @@ def topics(
 ) -> np.ndarray:
     """Assigns each embedding a topic id, for the `*_topics` filters.
 
-    The model is trained on the rows whose `topic_sample_rank` is among the
+    The model is trained on the rows whose `sample_rank` is among the
     `TOPIC_SAMPLE` smallest (all rows for a smaller corpus), kept in the
     given order, then every row is assigned (`train_topics`, `assign_topics`):
     what the build's `AssignTopics` does with Beam.
@@ -932,7 +933,7 @@ def topics(
     if n > TOPIC_SAMPLE:
         if chunk_ids is None:
             raise ValueError(f'sampling {n} > {TOPIC_SAMPLE} embeddings needs their chunk_ids')
-        ranks = sorted(rows, key=lambda i: topic_sample_rank(chunk_ids[i]))
+        ranks = sorted(rows, key=lambda i: sample_rank(chunk_ids[i]))
         rows = np.sort(np.array(ranks[:TOPIC_SAMPLE]))
     model = train_topics(np.asarray(embeddings)[rows], n, n_topics, seed)
     return assign_topics(model, np.asarray(embeddings))

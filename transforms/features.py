@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -128,16 +129,45 @@ class ExtractEntities(beam.PTransform):
 
 
 def sample_entry(chunk: Chunk) -> tuple:
-    """`(sample rank, canonical key, embedding)`: the smallest ranks are KMeans' training sample."""
-    return dedup.topic_sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
+    """`(sample rank, canonical key, embedding)`: the smallest ranks form the training sample."""
+    return dedup.sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
 
 
-def train_on_sample(entries: Iterable[tuple], n_total: int, n_topics: Optional[int], seed: int):
-    """`dedup.train_topics` on the sample, in canonical order (KMeans depends on row order)."""
+def train_on_entries(entries: Iterable[tuple], n_total: int, train: Callable):
+    """`train(sample embeddings in canonical order, n_total)`; None for no chunk.
+
+    Canonical order because KMeans depends on the row order, which must not be the runner's.
+    """
     ordered = sorted(entries, key=lambda e: e[1])
     if not ordered:
         return None
-    return dedup.train_topics(np.stack([e[2] for e in ordered]), n_total, n_topics, seed)
+    return train(np.stack([e[2] for e in ordered]), n_total)
+
+
+class TrainOnSample(beam.PTransform):
+    """PCollection[Chunk] (embedded) -> a one-element PCollection: a model trained on a bounded sample.
+
+    The sample is the `size` chunks with the smallest `dedup.sample_rank`
+    (a stable hash of chunk_id, so the same on every runner): the only
+    thing gathered, and it stays small whatever the corpus. `train` gets the
+    sample's embeddings in canonical order and the corpus's chunk count
+    (e.g. for the number of clusters); its model (a few centroids) is meant
+    to reach the workers as a side input.
+    """
+
+    def __init__(self, size: int, train: Callable):
+        super().__init__()
+        self._size = size
+        self._train = train
+
+    def expand(self, chunks):
+        count = chunks | 'CountChunks' >> beam.combiners.Count.Globally()
+        return (
+            chunks
+            | 'SampleEntries' >> beam.Map(sample_entry)
+            | 'Sample' >> beam.combiners.Top.Smallest(self._size)
+            | 'Train' >> beam.Map(train_on_entries, beam.pvalue.AsSingleton(count), self._train)
+        )
 
 
 class _AssignTopicsFn(beam.DoFn):
@@ -151,7 +181,7 @@ class AssignTopics(beam.PTransform):
     """PCollection[Chunk] (embedded) -> PCollection[Chunk] with `topic` set.
 
     KMeans is trained on a bounded sample (`dedup.TOPIC_SAMPLE` chunks, the
-    smallest `topic_sample_rank`: the only gathered thing, and it stays small
+    smallest `sample_rank`: the only gathered thing, and it stays small
     whatever the corpus), with the chunk count for the default number of
     topics; the fitted model (k centroids) reaches the workers as a side
     input and each batch of chunks is assigned there. A corpus no larger than
@@ -164,14 +194,8 @@ class AssignTopics(beam.PTransform):
         self._seed = seed
 
     def expand(self, chunks):
-        count = chunks | 'CountChunks' >> beam.combiners.Count.Globally()
-        model = (
-            chunks
-            | 'SampleEntries' >> beam.Map(sample_entry)
-            | 'TopicSample' >> beam.combiners.Top.Smallest(dedup.TOPIC_SAMPLE)
-            | 'TrainKMeans' >> beam.Map(
-                train_on_sample, beam.pvalue.AsSingleton(count), self._n_topics, self._seed)
-        )
+        train = functools.partial(dedup.train_topics, n_topics=self._n_topics, seed=self._seed)
+        model = chunks | 'TrainKMeans' >> TrainOnSample(dedup.TOPIC_SAMPLE, train)
         return (
             chunks
             | 'BatchForTopics' >> beam.BatchElements(min_batch_size=1, max_batch_size=FEATURE_BATCH)

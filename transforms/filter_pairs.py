@@ -7,6 +7,7 @@ the chunks through a CoGroupByKey on chunk_id, never a side input.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
@@ -17,6 +18,7 @@ from apache_beam.metrics import Metrics
 from transforms import candidates, dedup
 from transforms.dedup import BandMember
 from transforms.entities import entity_names
+from transforms.features import TrainOnSample
 from transforms.filter_chunks import DROPPED, KEPT, _Counters, counter_namespace
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
@@ -178,19 +180,6 @@ class DropNearDuplicates(beam.PTransform):
 # --- similarity family -----------------------------------------------------------------
 
 
-def cluster_sample_entry(chunk: Chunk) -> tuple:
-    """`(sample rank, canonical key, embedding)`; the smallest ranks train the clustering."""
-    return candidates.sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
-
-
-def train_on_sample(entries: Iterable[tuple], n_total: int, seed: int, cluster_size: int):
-    """`candidates.train_clusters` on the sample in canonical order: `(k, dim)` centroids or None."""
-    ordered = sorted(entries, key=lambda e: e[1])
-    if not ordered:
-        return None
-    return candidates.train_clusters(np.stack([e[2] for e in ordered]), n_total, seed, cluster_size)
-
-
 def sim_member(chunk: Chunk, same_topic: bool, shared_entity: bool) -> candidates.SimMember:
     """What a cluster group needs of a chunk.
 
@@ -290,14 +279,9 @@ class DropSimilarPairs(beam.PTransform):
         self._max_group = max_group
 
     def expand(self, chunks):
-        count = chunks | 'CountChunks' >> beam.combiners.Count.Globally()
-        centroids = (
-            chunks
-            | 'SampleEntries' >> beam.Map(cluster_sample_entry)
-            | 'ClusterSample' >> beam.combiners.Top.Smallest(candidates.CLUSTER_SAMPLE)
-            | 'TrainClusters' >> beam.Map(
-                train_on_sample, beam.pvalue.AsSingleton(count), self._config.topic_seed, self._cluster_size)
-        )
+        train = functools.partial(
+            candidates.train_clusters, seed=self._config.topic_seed, cluster_size=self._cluster_size)
+        centroids = chunks | 'TrainClusters' >> TrainOnSample(candidates.CLUSTER_SAMPLE, train)
         decisions = (
             chunks
             | 'BatchForClusters' >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
