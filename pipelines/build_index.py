@@ -26,12 +26,12 @@ from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
-from transforms import lineage, scope
+from transforms import filters, lineage, scope
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
 
-FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
+FILTER_NAMES = sorted(filters.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
 ON_OFF = {'on': True, 'off': False}
 # Flags that take `on`/`off` (not store_true ones).
