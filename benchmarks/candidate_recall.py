@@ -5,8 +5,14 @@ threshold compares the pairs the filters' candidate generation finds with
 every pair that truly passes:
 - minhash: pairs sharing an LSH band key vs all pairs with estimated
   Jaccard >= threshold (numpy, all pairs);
-- similarity: FAISS range search (dedup.similar_pairs) vs all pairs with
+- similarity: FAISS range search (dedup.similar_pairs, the evaluation's
+  path) and the build's cluster candidates (transforms.candidates: seeded
+  KMeans, pairs within each chunk's nearest clusters) vs all pairs with
   cosine >= threshold (numpy, all pairs; needs the embeddings, --similarity).
+  The cluster candidates are measured at the build's cluster size and at
+  smaller ones (--cluster_sizes): a corpus of a few thousand chunks has only
+  a few clusters at the default size, so smaller sizes are what tests the
+  probes.
 Prints recall = found true pairs / true pairs, and candidates per true pair.
 """
 
@@ -62,7 +68,25 @@ def minhash_recall(texts, thresholds):
               f'candidates={len(candidates)} recall={recall:.4f}')
 
 
-def similarity_recall(texts, thresholds):
+def cluster_candidates(vectors, cluster_size, probes):
+    from transforms import candidates
+
+    centroids = candidates.train_clusters(vectors, len(vectors), 0, cluster_size)
+    nearest = candidates.nearest_clusters(centroids, vectors, probes)
+    groups = {}
+    for i, clusters in enumerate(nearest.tolist()):
+        for c in clusters:
+            groups.setdefault(c, []).append(i)
+    pairs = set()
+    for members in groups.values():
+        for x in range(len(members)):
+            for y in range(x + 1, len(members)):
+                pairs.add((members[x], members[y]))
+    k = 1 if centroids is None else centroids.shape[0]
+    return k, pairs
+
+
+def similarity_recall(texts, thresholds, cluster_sizes, probes):
     from transforms.dedup import similar_pairs
     from transforms.embedding import embed_texts
     from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
@@ -74,6 +98,13 @@ def similarity_recall(texts, thresholds):
         truth = true_pairs(cosine, threshold)
         recall = len(truth & found) / len(truth) if truth else 1.0
         print(f'similarity@{threshold}: true pairs={len(truth)} found={len(found)} recall={recall:.4f}')
+        for size in cluster_sizes:
+            for p in probes:
+                k, pairs = cluster_candidates(vectors, size, p)
+                hit = len(truth & pairs) / len(truth) if truth else 1.0
+                print(f'similarity@{threshold} clusters: size={size} k={k} probes={p} '
+                      f'candidates={len(pairs)} ({len(pairs) / max(1, len(texts) * (len(texts) - 1) // 2):.3f} '
+                      f'of all pairs) recall={hit:.4f}', flush=True)
 
 
 def main():
@@ -84,6 +115,9 @@ def main():
     parser.add_argument('--chunk_size', type=int, default=400, help='Tokens per chunk.')
     parser.add_argument('--chunk_overlap', type=int, default=200, help='Overlap in tokens.')
     parser.add_argument('--similarity', action='store_true', help='Also embed and check similarity.')
+    parser.add_argument('--cluster_sizes', type=str, default='500,100,50',
+                        help='Chunks per cluster of the build\'s candidate clustering, comma-separated.')
+    parser.add_argument('--probes', type=str, default='3,2', help='Nearest clusters per chunk, comma-separated.')
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -99,7 +133,8 @@ def main():
           f'{len(texts) * (len(texts) - 1) // 2} pairs')
     minhash_recall(texts, [0.6, 0.7, 0.8])
     if args.similarity:
-        similarity_recall(texts, [0.8, 0.9])
+        similarity_recall(texts, [0.8, 0.9], [int(x) for x in args.cluster_sizes.split(',')],
+                          [int(x) for x in args.probes.split(',')])
 
 
 if __name__ == '__main__':

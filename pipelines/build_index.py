@@ -18,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import changes, cli, snapshots
-from transforms import dedup, feature_cache, formats, read, records, write
+from transforms import dedup, feature_cache, formats, indexes, read, records, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
@@ -26,12 +26,12 @@ from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
-from transforms import lineage, scope
+from transforms import filters, lineage, scope
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
 
-FILTER_NAMES = sorted(dedup.FILTER_DEFAULTS) + ['cascade', 'none']
+FILTER_NAMES = sorted(filters.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
 ON_OFF = {'on': True, 'off': False}
 # Flags that take `on`/`off` (not store_true ones).
@@ -141,6 +141,17 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--keep_runs', type=int, default=7,
                             help='Complete runs kept under OUTPUT/runs/ (with --versioned); '
                                  'the one LATEST names is never deleted.')
+        parser.add_argument('--num_shards', type=int, default=0,
+                            help='Parts per output table (chunks/, dropped/, rejected/, documents/ '
+                                 'and the feature cache); 0 = one per 2 MiB of input files, '
+                                 'at most 1024. Same shard count, same bytes.')
+        parser.add_argument('--index_type', type=str, default=indexes.DEFAULT_INDEX_TYPE,
+                            help='FAISS index_factory string, inner product: Flat (exact), '
+                                 'HNSW32, IVF1024,Flat, IVF4096,PQ32, ... (see the README for '
+                                 'which at which size).')
+        parser.add_argument('--index_train_size', type=int, default=indexes.DEFAULT_TRAIN_SIZE,
+                            help='Vectors an IVF or PQ index is trained on at most (a sample '
+                                 'fixed by the chunk ids).')
         parser.add_argument('--cache', type=str, default=None,
                             help='Root of the per-chunk feature cache (embeddings, entities, '
                                  'MinHash), any Beam filesystem; default: OUTPUT/cache with '
@@ -166,8 +177,12 @@ class BuildConfig:
     max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
+    num_shards: int = 1
+    index: indexes.IndexConfig = indexes.IndexConfig()
 
     def __post_init__(self):
+        if self.num_shards < 1:
+            raise ValueError(f'num_shards must be >= 1, got {self.num_shards}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
         if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
@@ -195,6 +210,9 @@ class BuildConfig:
             if not getattr(options, flag):
                 raise ValueError(f'--{flag} is required (as a flag or in --config)')
         output = options.output.rstrip('/')
+        if options.num_shards < 0:
+            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {options.num_shards}')
+        num_shards = options.num_shards or write.default_num_shards(read.input_bytes(options.input))
         cache = options.cache
         if cache is None and options.versioned:
             cache = posixpath.join(output, snapshots.CACHE_DIR)
@@ -213,6 +231,8 @@ class BuildConfig:
             max_metadata_bytes=options.max_metadata_bytes,
             allow_empty=options.allow_empty,
             prune_grace_seconds=options.prune_grace_seconds,
+            num_shards=num_shards,
+            index=indexes.IndexConfig(options.index_type, options.index_train_size),
         )
 
 
@@ -335,7 +355,7 @@ def build_pipeline(
     _ = {
         'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
-    } | 'WriteIndex' >> write.WriteIndex(output, dim)
+    } | 'WriteIndex' >> write.WriteIndex(output, dim, config.num_shards, config.index)
     return {
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
         'kept': kept, 'dropped': filtered['dropped'],
@@ -530,10 +550,12 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
+    config.index.check(dim)
     ner_meta = check_ner(config.filters)
     cache = None
     if config.cache:
-        cache = feature_cache.CacheRun.open(config.cache, cache_specs(config, model, ner_meta), target.run_id)
+        cache = feature_cache.CacheRun.open(
+            config.cache, cache_specs(config, model, ner_meta), target.run_id, config.num_shards)
     write.checkpoint('before_pipeline')
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
@@ -574,14 +596,11 @@ def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None
       ValueError: With the rejection reasons and a few examples, since the
         rejected/ table is not published either.
     """
-    import pyarrow.parquet as pq
-
     counts = manifest['counts']
     if counts['documents_indexed'] or config.allow_empty:
         return
     reasons = ', '.join(f'{n} {r}' for r, n in counts['rejected_by_reason'].items()) or 'none'
-    with FileSystems.open(posixpath.join(directory, write.REJECTED_DIR, write.PART_NAME)) as f:
-        examples = pq.read_table(f).slice(0, 3).to_pylist()
+    examples = write.read_table(posixpath.join(directory, write.REJECTED_DIR)).slice(0, 3).to_pylist()
     shown = ''.join(f'; e.g. {r["source"]}: {r["reason"]} ({r["detail"]})' for r in examples)
     raise ValueError(
         f'no document was indexed from {counts["files"]} files (rejected: {reasons}{shown}): nothing '
@@ -623,19 +642,13 @@ def log_filters(manifest: dict) -> None:
 
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wall_seconds) -> dict:
     """The run's resolved config, versions, counts, cache use and time per stage."""
-    import pyarrow.parquet as pq
-    from apache_beam.io.filesystems import FileSystems
+    def table(name, columns):
+        return write.read_table(posixpath.join(target.directory, name), columns)
 
-    def table(*parts):
-        with FileSystems.open(posixpath.join(target.directory, *parts)) as f:
-            return pq.read_table(f)
-
-    chunk_rows = table(write.CHUNKS_DIR, write.PART_NAME).select(
-        ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
+    chunk_rows = table(write.CHUNKS_DIR, ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
     kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
-    dropped = table(write.DROPPED_DIR, write.PART_NAME).select(
-        ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
-    rejected = table(write.REJECTED_DIR, write.PART_NAME).column('reason').to_pylist()
+    dropped = table(write.DROPPED_DIR, ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
+    rejected = table(write.REJECTED_DIR, ['reason']).column('reason').to_pylist()
     counters = {}
     for r in result.metrics().query()['counters']:
         key = f'{r.key.metric.namespace}.{r.key.metric.name}'
@@ -703,6 +716,10 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
             'embed': counters.get('embed.msecs', 0) / 1000,
             'minhash': counters.get('features.minhash_msecs', 0) / 1000,
             'entities': counters.get('features.entity_msecs', 0) / 1000,
+            # Writing the table parts, then assembling the FAISS index and BM25 from them.
+            'write': counters.get('write.msecs', 0) / 1000,
+            'index': counters.get('index.msecs', 0) / 1000,
+            'bm25': counters.get('bm25.msecs', 0) / 1000,
         },
     }
 

@@ -6,7 +6,6 @@ import dataclasses
 import posixpath
 from typing import Optional
 
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import write
@@ -29,30 +28,30 @@ class BuildState:
     chunks: dict[tuple[str, str], bool]
 
 
-def _table(directory: str, name: str, columns: list[str]):
-    path = posixpath.join(directory, name, write.PART_NAME)
+def _parts(directory: str, name: str, columns: list[str]):
+    """The parts of one table, one at a time; nothing for a table the build did not write."""
+    path = posixpath.join(directory, name)
     if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path) as f:
-        return pq.read_table(f, columns=columns)
+        return iter(())
+    return write.iter_parts(path, columns)
 
 
 def load_state(directory: str) -> BuildState:
-    """Reads the documents/, chunks/ and dropped/ tables of a finished build."""
-    documents = _table(directory, write.DOCUMENTS_DIR, ['doc_id', 'text_key'])
+    """Reads the documents/, chunks/ and dropped/ tables of a finished build.
+
+    Parts are read one at a time and texts reduced to their hashes, so the
+    state holds ids and hashes, never the chunk texts.
+    """
+    documents = {}
+    # Builds from before documents/ existed report no document changes.
+    for part in _parts(directory, write.DOCUMENTS_DIR, ['doc_id', 'text_key']):
+        documents.update(zip(part.column('doc_id').to_pylist(), part.column('text_key').to_pylist()))
     chunks = {}
     for name, kept in ((write.CHUNKS_DIR, True), (write.DROPPED_DIR, False)):
-        table = _table(directory, name, ['chunk_id', 'text'])
-        if table is None:
-            continue
-        for chunk_id, text in zip(table.column('chunk_id').to_pylist(), table.column('text').to_pylist()):
-            chunks[(chunk_id, text_key(text))] = kept
-    return BuildState(
-        # Builds from before documents/ existed report no document changes.
-        documents={} if documents is None else dict(
-            zip(documents.column('doc_id').to_pylist(), documents.column('text_key').to_pylist())),
-        chunks=chunks,
-    )
+        for part in _parts(directory, name, ['chunk_id', 'text']):
+            for chunk_id, text in zip(part.column('chunk_id').to_pylist(), part.column('text').to_pylist()):
+                chunks[(chunk_id, text_key(text))] = kept
+    return BuildState(documents=documents, chunks=chunks)
 
 
 def _listed(ids) -> dict:

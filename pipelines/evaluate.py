@@ -34,7 +34,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pipelines import snapshots
-from transforms import dedup, feature_cache, metrics, retrieval
+from transforms import dedup, feature_cache, filters, metrics, retrieval
 from transforms.chunk_documents import document_chunks
 from transforms.chunking import CHUNKERS, ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.datasets import CHROMA, DATASETS, Question, read_dataset, sample_questions
@@ -72,16 +72,7 @@ DEFAULT_FILTERS = (
 # Row names of the study's tables.
 METHOD_NAMES = {
     'none': 'No filtering',
-    'exact': 'ExactNorm',
-    'minhash': 'MinHash-LSH',
-    'random': 'random',
-    'similarity': 'Similarity',
-    'similarity_topics': 'Similarity + Topics',
-    'similarity_ner': 'Similarity + NER',
-    'similarity_topics_ner': 'Similarity + Topics + NER',
-    'ner_exact': 'NER Exact',
-    'ner_half': 'NER Half',
-    'intra_doc': 'Intra-doc (klarRAG)',
+    **{name: f.label for name, f in filters.registry().items()},
     'cascade': 'Cascade (exact, minhash, intra_doc)',
 }
 
@@ -115,7 +106,7 @@ class GridFilter:
     """One row of the grid: a filter (or the cascade, or none) and its settings.
 
     Attributes:
-      name: `none`, `cascade` or a `dedup.FILTER_DEFAULTS` name.
+      name: `none`, `cascade` or a filter of the registry (`transforms.filters`).
       specs: The filters run in order (empty for `none`).
     """
 
@@ -333,7 +324,7 @@ def open_cache(config: 'EvaluateConfig', model, grid: Sequence[GridFilter]) -> O
     settings = dedup.FilterConfig()
     specs = [feature_cache.CacheSpec(
         'embedding', feature_cache.embedding_settings(config.embedding_model, model, 'cpu'))]
-    if grid_needs(grid) & dedup.NEEDS_ENTITIES:
+    if grid_needs(grid) & filters.needing('entities'):
         specs.append(feature_cache.CacheSpec('entities', feature_cache.entity_settings(
             settings.spacy_model, model_meta(settings.spacy_model), settings.entity_labels)))
     return feature_cache.CacheRun.open(config.cache, specs, snapshots.new_run_id())
@@ -366,13 +357,14 @@ def with_features(
     settings = resources.settings
     fields: dict[str, list] = {'embedding': list(vectors)}
     texts = [c.text for c in chunks]
-    if names & dedup.NEEDS_MINHASH:
+    if names & filters.needing('minhash'):
         fields['minhash'] = list(signatures(texts, settings.minhash_config()))
-    if names & dedup.NEEDS_ENTITIES:
+    if names & filters.needing('entities'):
         fields['entities'] = resources.entities(texts)
-    if names & dedup.NEEDS_TOPICS and len(chunks):
+    if names & filters.needing('topics') and len(chunks):
         # Same as features.with_topics: KMeans over the canonical order.
-        fields['topic'] = [int(t) for t in dedup.topics(vectors, settings.n_topics, settings.topic_seed)]
+        fields['topic'] = [int(t) for t in dedup.topics(
+            vectors, settings.n_topics, settings.topic_seed, [c.chunk_id for c in chunks])]
     return [
         dataclasses.replace(c, **{k: v[i] for k, v in fields.items()}) for i, c in enumerate(chunks)
     ]
@@ -778,7 +770,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help=f'Comma-separated NAME:SIZE[:OVERLAP], NAME one of {list(CHUNKERS)}.')
     parser.add_argument('--filters', type=str, default=DEFAULT_FILTERS,
                         help='Comma-separated grid, each scored alone: none, cascade, NAME or '
-                             f'NAME@THRESHOLD with NAME one of {sorted(dedup.FILTER_DEFAULTS)}.')
+                             f'NAME@THRESHOLD with NAME one of {sorted(filters.names())}.')
     parser.add_argument('--k', type=int, default=5, help='Chunks retrieved per question.')
     parser.add_argument('--max_questions', type=int, default=None,
                         help='Score a deterministic sample of this many questions (default: all).')

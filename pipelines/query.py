@@ -52,7 +52,6 @@ LOG = logging.getLogger('ragsieve.query')
 # Everything a query needs; all written by the build (bm25/ only when chunks were kept).
 REQUIRED_FILES = (
     write.MANIFEST_FILE,
-    f'{write.CHUNKS_DIR}/{write.PART_NAME}',
     f'{write.INDEX_DIR}/{write.INDEX_FILE}',
     f'{write.INDEX_DIR}/{write.IDS_FILE}',
 )
@@ -133,6 +132,10 @@ def check_index_dir(index: str) -> dict:
     if not os.path.isdir(index):
         raise ValueError(f'--index {index!r} is not a directory')
     missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(index, f))]
+    try:
+        write.part_paths(os.path.join(index, write.CHUNKS_DIR))
+    except ValueError:
+        missing.append(f'{write.CHUNKS_DIR}/ (all its parts)')
     if write.MANIFEST_FILE in missing:
         raise ValueError(f'--index {index!r} is not a ragsieve index: no {write.MANIFEST_FILE}')
     if missing:
@@ -162,6 +165,19 @@ def read_index_file(path: str, load):
         raise ValueError(f'{path} is corrupt or unreadable ({type(e).__name__}: {first_line})') from None
 
 
+def read_table_parts(directory: str, columns: Sequence[str]):
+    """A sharded table read part by part, so a failure names the part that broke it.
+
+    Raises:
+      ValueError: As `read_index_file` does, or if the directory holds no complete set of parts.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = read_index_file(directory, write.part_paths)
+    return pa.concat_tables([read_index_file(p, lambda path: pq.read_table(path, columns=columns)) for p in parts])
+
+
 def load_bm25(directory: str):
     """The BM25 index of `directory`; a failure names the file that broke it.
 
@@ -186,6 +202,27 @@ def _read_json(path: str):
         return json.load(f)
 
 
+def set_search_parameters(index, nprobe: Optional[int] = None, ef_search: Optional[int] = None) -> None:
+    """Sets `nprobe` (IVF) and `efSearch` (HNSW) on a FAISS index of any factory type.
+
+    Raises:
+      ValueError: For a value < 1, or a parameter the index type does not have
+        (e.g. --nprobe on a Flat or HNSW index).
+    """
+    import faiss
+
+    space = faiss.ParameterSpace()
+    for flag, name, value in (('--nprobe', 'nprobe', nprobe), ('--ef_search', 'efSearch', ef_search)):
+        if value is None:
+            continue
+        if value < 1:
+            raise ValueError(f'{flag} must be >= 1, got {value}')
+        try:
+            space.set_index_parameter(index, name, value)
+        except RuntimeError as e:
+            raise ValueError(f'{flag} does not apply to a {type(index).__name__} index') from e
+
+
 def index_model(manifest: dict) -> tuple[str, int]:
     """The embedding model name and dimension an index was built with."""
     try:
@@ -205,10 +242,12 @@ class Retriever:
       model_name: Name or path of the model to query with (of `model` when
         given); must be the one the index was built with.
       device: Torch device when the model is loaded here.
+      nprobe: IVF lists searched per query (IVF index types); None = FAISS's default (1).
+      ef_search: HNSW candidate list size (HNSW index types); None = FAISS's default (16).
 
     Raises:
-      ValueError: for a missing or incomplete index, or a model other than
-        the index's (name or dimension).
+      ValueError: for a missing or incomplete index, a model other than the
+        index's (name or dimension), or a search parameter the index type lacks.
     """
 
     def __init__(
@@ -218,6 +257,8 @@ class Retriever:
         model=None,
         model_name: Optional[str] = None,
         device: str = 'cpu',
+        nprobe: Optional[int] = None,
+        ef_search: Optional[int] = None,
     ):
         self.config = config
         # A versioned root is read through its LATEST pointer, once, and every
@@ -228,7 +269,7 @@ class Retriever:
         for attempt in (1, 2):
             directory = snapshots.resolve_index(index)
             try:
-                self._load(directory, model, model_name, device)
+                self._load(directory, model, model_name, device, nprobe, ef_search)
                 break
             except ValueError:
                 vanished = directory != index and not os.path.isfile(os.path.join(directory, write.MANIFEST_FILE))
@@ -236,7 +277,8 @@ class Retriever:
                     raise
                 LOG.info('run %s was pruned while it was being opened: reading %s/LATEST again', directory, index)
 
-    def _load(self, index: str, model, model_name: Optional[str], device: str) -> None:
+    def _load(self, index: str, model, model_name: Optional[str], device: str,
+              nprobe: Optional[int], ef_search: Optional[int]) -> None:
         import faiss
         import pyarrow.parquet as pq
 
@@ -257,14 +299,14 @@ class Retriever:
         self.model = model
         self.dim = built_dim
 
-        table = read_index_file(os.path.join(index, write.CHUNKS_DIR, write.PART_NAME),
-                                lambda p: pq.read_table(p, columns=CHUNK_COLUMNS))
+        table = read_table_parts(os.path.join(index, write.CHUNKS_DIR), CHUNK_COLUMNS)
         ids = read_index_file(os.path.join(index, write.INDEX_DIR, write.IDS_FILE),
                               lambda p: pq.read_table(p).column('chunk_id').to_pylist())
         faiss_file = os.path.join(index, write.INDEX_DIR, write.INDEX_FILE)
         self.faiss = read_index_file(faiss_file, faiss.read_index)
         if self.faiss.d != built_dim:
             raise ValueError(f'{faiss_file} is corrupt: {self.faiss.d}-dimensional, the manifest says {built_dim}')
+        set_search_parameters(self.faiss, nprobe=nprobe, ef_search=ef_search)
         self.chunk_ids = table.column('chunk_id').to_pylist()
         if ids != self.chunk_ids or self.faiss.ntotal != len(ids):
             raise ValueError(
@@ -401,6 +443,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument('--where', type=str, action='append', default=None, metavar='KEY=VALUE',
                    help='Only chunks whose document, or a document they represent, has this metadata '
                         'value; repeatable: AND across keys, OR for one key given twice.')
+    p.add_argument('--nprobe', type=int, default=None,
+                   help='IVF index types: inverted lists searched per query (more: slower, better recall).')
+    p.add_argument('--ef_search', type=int, default=None,
+                   help='HNSW index types: candidate list size of the search (more: slower, better recall).')
     p.add_argument('--candidates', type=int, default=defaults.candidates,
                    help='N: the union of the dense top-N and the BM25 top-N is fused.')
     p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
@@ -460,7 +506,8 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
         **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
     )
     where = where_filter.parse_where(args.where) if args.where else None
-    retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device)
+    retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device,
+                          nprobe=args.nprobe, ef_search=args.ef_search)
     result = retriever.search(args.question, args.k, where)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))

@@ -26,20 +26,6 @@ from transforms.types import Chunk, Dropped
 
 T = TypeVar('T', bound=Hashable)
 
-# Default threshold of each filter; None means the filter takes none.
-FILTER_DEFAULTS: dict[str, Optional[float]] = {
-    'exact': None,
-    'minhash': 0.8,
-    'random': 0.5,
-    'similarity': 0.8,
-    'similarity_topics': 0.8,
-    'similarity_ner': 0.8,
-    'similarity_topics_ner': 0.8,
-    'ner_exact': None,
-    'ner_half': None,
-    'intra_doc': 0.90,
-}
-
 # `cascade`: cheap lexical filters corpus-wide, then the per-document semantic one.
 CASCADE = ('exact', 'minhash', 'intra_doc')
 
@@ -63,23 +49,20 @@ class FilterSpec:
     Unpacks as `name, threshold = spec`.
 
     Attributes:
-      name: One of `FILTER_DEFAULTS`.
+      name: A filter of the registry (`transforms.filters`).
       threshold: Cosine (`similarity*`, `intra_doc`), estimated Jaccard
         (`minhash`) or fraction of chunks to drop (`random`); None for the
         filters that take none (`exact`, `ner_*`). Filled from
-        `FILTER_DEFAULTS` when not given.
+        the filter's registered default when not given.
     """
 
     name: str
     threshold: Optional[float] = None
 
     def __post_init__(self):
-        if self.name not in FILTER_DEFAULTS:
-            raise ValueError(
-                f'unknown filter {self.name!r}; expected one of '
-                f'{sorted(FILTER_DEFAULTS) + ["cascade"]}'
-            )
-        default = FILTER_DEFAULTS[self.name]
+        from transforms import filters
+
+        default = filters.get(self.name).default
         if default is None:
             if self.threshold is not None:
                 raise ValueError(f'filter {self.name!r} takes no threshold, got {self.threshold}')
@@ -111,7 +94,7 @@ def parse_filters(spec: str) -> list[FilterSpec]:
       spec: The filter list.
 
     Returns:
-      The filters, thresholds filled from `FILTER_DEFAULTS` where omitted.
+      The filters, thresholds filled from the registry's defaults where omitted.
 
     Raises:
       ValueError: For an empty item, unknown name, threshold on a filter that
@@ -148,10 +131,17 @@ def parse_filters(spec: str) -> list[FilterSpec]:
     return out
 
 
-# Which per-chunk features each filter needs computed before it runs.
-NEEDS_MINHASH = frozenset({'minhash'})
-NEEDS_ENTITIES = frozenset({'similarity_ner', 'similarity_topics_ner', 'ner_exact', 'ner_half'})
-NEEDS_TOPICS = frozenset({'similarity_topics', 'similarity_topics_ner'})
+def __getattr__(name: str):
+    # Derived from the filter registry on first use (it imports this module).
+    from transforms import filters
+
+    if name == 'FILTER_DEFAULTS':
+        return {n: f.default for n, f in filters.registry().items()}
+    if name in ('NEEDS_MINHASH', 'NEEDS_ENTITIES', 'NEEDS_TOPICS'):
+        return filters.needing(name.removeprefix('NEEDS_').lower())
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
 BOOST_MODES = ('log', 'linear')
 
 
@@ -245,17 +235,23 @@ class FilterConfig:
         """The filter names in run order."""
         return tuple(s.name for s in self.specs)
 
+    def needs(self, feature: str) -> bool:
+        """Whether a selected filter needs `feature` (one of `filters.FEATURES`)."""
+        from transforms import filters
+
+        return any(feature in filters.get(n).needs for n in self.names)
+
     @property
     def needs_minhash(self) -> bool:
-        return bool(NEEDS_MINHASH & set(self.names))
+        return self.needs('minhash')
 
     @property
     def needs_entities(self) -> bool:
-        return bool(NEEDS_ENTITIES & set(self.names))
+        return self.needs('entities')
 
     @property
     def needs_topics(self) -> bool:
-        return bool(NEEDS_TOPICS & set(self.names))
+        return self.needs('topics')
 
     def minhash_config(self, threshold: float = 0.8) -> MinHashConfig:
         """The MinHash settings, with the `minhash` filter's threshold for banding."""
@@ -364,6 +360,92 @@ def connected_components(nodes: Iterable[T], edges: Iterable[tuple[T, T]]) -> li
     return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
+# Each LSH bucket member is verified against this many first members of its
+# bucket in keep order (and its predecessor): O(n) per bucket, as datatrove links
+# consecutive signatures, instead of all pairs (quadratic in a hot bucket).
+LSH_ANCHORS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMember:
+    """What an LSH bucket holds of a chunk: enough to verify and to pick keepers."""
+
+    chunk_id: str
+    keep_key: tuple
+    minhash: np.ndarray
+
+
+def band_members(chunk: Chunk, b: int, r: int) -> list[tuple[bytes, BandMember]]:
+    """`(band_key, BandMember)` for each LSH band of a chunk's signature.
+
+    Chunks with an empty shingle set are never grouped (two empty signatures
+    would estimate Jaccard 1.0).
+
+    Raises:
+      ValueError: If the chunk has no signature.
+    """
+    if chunk.minhash is None:
+        raise ValueError(f'chunk {chunk.chunk_id} has no minhash signature')
+    sig = np.asarray(chunk.minhash, np.uint64)
+    if is_empty_signature(sig):
+        return []
+    member = BandMember(chunk.chunk_id, keep_order_key(chunk), sig)
+    return [(key, member) for key in band_keys(sig, b, r)]
+
+
+def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of MinHash values two signatures agree on."""
+    return float(np.count_nonzero(a == b)) / a.shape[0]
+
+
+def bucket_edges(
+    members: Iterable[BandMember], threshold: float, anchors: int = LSH_ANCHORS
+) -> list[tuple[str, tuple, str, tuple]]:
+    """The verified edges of one LSH bucket, in O(n) comparisons.
+
+    Members are sorted in keep order (then chunk_id, so runner order never
+    matters); each is compared with the bucket's first `anchors` members and
+    with its predecessor, and a pair is an edge when its estimated Jaccard is
+    at least `threshold`. All pairs would cost n^2/2 in a hot bucket (one
+    boilerplate paragraph with small changes); linking to the first members
+    and the predecessor connects the bucket's members that are near the
+    bucket's head or near each other in keep order, which is what the
+    components need. A pair of members that pass only with each other and
+    are neither anchors nor neighbours is missed (it may still meet in
+    another band's bucket).
+
+    Returns:
+      `(id_a, keep_key_a, id_b, keep_key_b)` edges, `a` before `b` in keep order.
+    """
+    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
+    edges = []
+    for y in range(1, len(ordered)):
+        b = ordered[y]
+        for x in sorted(set(range(min(anchors, y))) | {y - 1}):
+            a = ordered[x]
+            if estimated_jaccard(a.minhash, b.minhash) >= threshold:
+                edges.append((a.chunk_id, a.keep_key, b.chunk_id, b.keep_key))
+    return edges
+
+
+def minhash_keepers(edges: Iterable[tuple[str, tuple, str, tuple]]) -> dict[str, str]:
+    """Groups verified edges into connected components; each keeps its first chunk.
+
+    Returns:
+      `{dropped chunk_id: keeper chunk_id}`.
+    """
+    keys: dict[str, tuple] = {}
+    pairs = set()
+    for a, key_a, b, key_b in edges:
+        keys[a], keys[b] = key_a, key_b
+        pairs.add((a, b))
+    decisions = {}
+    for component in connected_components(sorted(keys), sorted(pairs)):
+        keeper = min(component, key=lambda i: (keys[i], i))
+        decisions.update({i: keeper for i in component if i != keeper})
+    return decisions
+
+
 def drop_minhash_groups(
     chunks: Sequence[Chunk],
     threshold: float = 0.8,
@@ -372,13 +454,14 @@ def drop_minhash_groups(
 ) -> tuple[list[Chunk], list[Dropped]]:
     """MinHash-LSH: keeps one chunk per group of lexical near-duplicates.
 
-    Chunks sharing an LSH band key are candidates; a candidate pair is an edge
-    when its estimated Jaccard is at least `threshold`; each connected
-    component keeps its first chunk by `keep_order_key`. Components are
-    transitive, so a dropped chunk may be linked to the kept one only through
-    others; its score is its own estimated Jaccard to the kept one, which can
-    then be below `threshold`. Chunks with an empty shingle set (empty text)
-    are never grouped.
+    Chunks sharing an LSH band key are candidates, verified in O(n) per
+    bucket (`bucket_edges`); each connected component of the verified edges
+    keeps its first chunk by `keep_order_key` (`minhash_keepers`). The build
+    runs the same three functions with Beam (`filter_chunks.DropNearDuplicates`).
+    Components are transitive, so a dropped chunk may be linked to the kept
+    one only through others; its score is its own estimated Jaccard to the
+    kept one, which can then be below `threshold`. Chunks with an empty
+    shingle set (empty text) are never grouped.
 
     Args:
       chunks: Chunks with `minhash` set, all with one signature length and seed.
@@ -390,8 +473,7 @@ def drop_minhash_groups(
       `(kept, dropped)`; reason `minhash`.
 
     Raises:
-      ValueError: If a chunk has no signature, signature lengths differ, or
-        the parameters are out of range.
+      ValueError: If a chunk has no signature, or the parameters are out of range.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f'minhash threshold must be in (0, 1], got {threshold}')
@@ -400,32 +482,22 @@ def drop_minhash_groups(
     missing = [c.chunk_id for c in chunks if c.minhash is None]
     if missing:
         raise ValueError(f'chunks without a minhash signature: {missing[:5]}')
-    sigs = np.stack([np.asarray(c.minhash, dtype=np.uint64) for c in chunks])
     if (b is None) != (r is None):
         raise ValueError('give both b and r, or neither')
     if b is None:
-        b, r = lsh_bands(threshold, sigs.shape[1])
-    empty = [is_empty_signature(s) for s in sigs]
-    buckets: dict[bytes, list[int]] = collections.defaultdict(list)
-    for i in range(len(chunks)):
-        if not empty[i]:
-            for key in band_keys(sigs[i], b, r):
-                buckets[key].append(i)
-    pairs = candidate_pairs_from_buckets(v for v in buckets.values() if len(v) > 1)
-    edges = []
-    if pairs:
-        left, right = (np.array(x) for x in zip(*pairs))
-        agree = np.count_nonzero(sigs[left] == sigs[right], axis=1) / sigs.shape[1]
-        edges = [p for p, s in zip(pairs, agree) if s >= threshold]
+        b, r = lsh_bands(threshold, len(chunks[0].minhash))
+    buckets: dict[bytes, list[BandMember]] = collections.defaultdict(list)
+    for chunk in chunks:
+        for key, member in band_members(chunk, b, r):
+            buckets[key].append(member)
+    edges = [e for members in buckets.values() if len(members) > 1 for e in bucket_edges(members, threshold)]
+    keepers = minhash_keepers(edges)
+    by_id = {c.chunk_id: i for i, c in enumerate(chunks)}
     dropped = {}
-    for component in connected_components(range(len(chunks)), edges):
-        if len(component) < 2:
-            continue
-        keeper = min(component, key=lambda i: keep_order_key(chunks[i]))
-        for i in component:
-            if i != keeper:
-                score = float(np.count_nonzero(sigs[i] == sigs[keeper])) / sigs.shape[1]
-                dropped[i] = Dropped(chunks[i], 'minhash', chunks[keeper].chunk_id, score)
+    for chunk_id, keeper_id in keepers.items():
+        i, k = by_id[chunk_id], by_id[keeper_id]
+        score = estimated_jaccard(np.asarray(chunks[i].minhash, np.uint64), np.asarray(chunks[k].minhash, np.uint64))
+        dropped[i] = Dropped(chunks[i], 'minhash', keeper_id, score)
     return _split(chunks, dropped)
 
 
@@ -465,7 +537,8 @@ def drop_random(
     return _split(chunks, dropped)
 
 
-def _unit_rows(embeddings: np.ndarray) -> np.ndarray:
+def unit_rows(embeddings: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length in float64 (zero rows stay zero)."""
     x = np.asarray(embeddings, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f'embeddings must be a 2-D array, got shape {x.shape}')
@@ -489,7 +562,7 @@ def similar_pairs(embeddings: np.ndarray, threshold: float) -> list[list[tuple[i
     """
     import faiss
 
-    x64 = _unit_rows(embeddings)
+    x64 = unit_rows(embeddings)
     n = x64.shape[0]
     out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
     if n < 2:
@@ -667,7 +740,7 @@ def salience(embeddings: np.ndarray) -> np.ndarray:
     Returns:
       `(n,)` float64 salience values.
     """
-    x = _unit_rows(embeddings) if len(embeddings) else np.zeros((0, 1))
+    x = unit_rows(embeddings) if len(embeddings) else np.zeros((0, 1))
     n = x.shape[0]
     if n == 0:
         return np.zeros(0)
@@ -737,7 +810,7 @@ def intra_doc(
     with_embedding = [i for i, c in enumerate(chunks) if c.embedding is not None]
     if not with_embedding:
         return current, []
-    vectors = _unit_rows(np.stack([chunks[i].embedding for i in with_embedding]))
+    vectors = unit_rows(np.stack([chunks[i].embedding for i in with_embedding]))
     scores = salience(vectors)
     row = {}
     for r, (i, s) in enumerate(zip(with_embedding, scores)):
@@ -779,26 +852,37 @@ def default_n_topics(n: int) -> int:
     return int(min(64, max(1, round(math.sqrt(n / 2)))))
 
 
-def topics(
-    embeddings: np.ndarray, n_topics: Optional[int] = None, seed: int = 0
-) -> np.ndarray:
-    """Assigns each embedding a topic id, for the `*_topics` filters.
+# KMeans for the `*_topics` filters is trained on at most this many chunks:
+# 20k unit vectors of 384 float64 are ~60 MB, whatever the corpus size, and
+# 20k points are far more than 64 centroids need. The sample is chosen by a
+# stable hash of chunk_id, so it is the same on every runner and run.
+TOPIC_SAMPLE = 20_000
+
+
+def sample_rank(chunk_id: str) -> bytes:
+    """The sampling rank of a chunk: models trained on a bounded sample take the smallest."""
+    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'sample').digest()
+
+
+def train_topics(sample: np.ndarray, n_total: int, n_topics: Optional[int] = None, seed: int = 0):
+    """Trains the topic model on a sample of embeddings (canonical order).
 
     Seeded k-means (scikit-learn `KMeans`, k-means++ init, 4 fixed inits) on
     the unit vectors. KMeans rather than HDBSCAN (as in BERTopic) because it
     puts every chunk in a topic, whereas HDBSCAN's noise label would need its
     own rule in "same topic" comparisons; because the number of topics is
-    fixed and reproducible from the seed; and because its cost is linear in
-    the number of chunks.
+    fixed and reproducible from the seed; and because a model trained on a
+    bounded sample assigns every other chunk on its own (`assign_topics`).
 
     Args:
-      embeddings: `(n, dim)` vectors.
-      n_topics: Number of topics; defaults to `default_n_topics(n)`, and is
-        capped at `n`.
+      sample: `(m, dim)` vectors, at most `TOPIC_SAMPLE` of them.
+      n_total: Chunks in the corpus, for `default_n_topics`.
+      n_topics: Number of topics; defaults to `default_n_topics(n_total)`,
+        and is capped at the sample size.
       seed: KMeans random state.
 
     Returns:
-      `(n,)` int64 topic ids in `[0, n_topics)`.
+      The fitted model, or None when there is one topic (or no chunk).
 
     Raises:
       ValueError: If `n_topics` is not positive.
@@ -807,14 +891,52 @@ def topics(
 
     if n_topics is not None and n_topics <= 0:
         raise ValueError(f'n_topics must be > 0, got {n_topics}')
+    k = min(len(sample), n_topics if n_topics is not None else default_n_topics(n_total))
+    if k <= 1:
+        return None
+    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit(unit_rows(sample))
+
+
+def assign_topics(model, embeddings: np.ndarray) -> np.ndarray:
+    """`(n,)` int64 topic ids: each unit embedding's nearest centroid (0 without a model)."""
+    if model is None or not len(embeddings):
+        return np.zeros(len(embeddings), dtype=np.int64)
+    return model.predict(unit_rows(embeddings)).astype(np.int64)
+
+
+def topics(
+    embeddings: np.ndarray, n_topics: Optional[int] = None, seed: int = 0,
+    chunk_ids: Optional[Sequence[str]] = None,
+) -> np.ndarray:
+    """Assigns each embedding a topic id, for the `*_topics` filters.
+
+    The model is trained on the rows whose `sample_rank` is among the
+    `TOPIC_SAMPLE` smallest (all rows for a smaller corpus), kept in the
+    given order, then every row is assigned (`train_topics`, `assign_topics`):
+    what the build's `AssignTopics` does with Beam.
+
+    Args:
+      embeddings: `(n, dim)` vectors, in canonical chunk order.
+      n_topics: Number of topics; defaults to `default_n_topics(n)`.
+      seed: KMeans random state.
+      chunk_ids: The rows' chunk ids, needed to sample a corpus larger than
+        `TOPIC_SAMPLE`.
+
+    Returns:
+      `(n,)` int64 topic ids in `[0, n_topics)`.
+
+    Raises:
+      ValueError: If `n_topics` is not positive, or a large corpus has no chunk_ids.
+    """
     n = len(embeddings)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    k = min(n, n_topics if n_topics is not None else default_n_topics(n))
-    if k == 1:
-        return np.zeros(n, dtype=np.int64)
-    model = KMeans(n_clusters=k, n_init=4, random_state=seed)
-    return model.fit_predict(_unit_rows(embeddings)).astype(np.int64)
+    rows = np.arange(n)
+    if n > TOPIC_SAMPLE:
+        if chunk_ids is None:
+            raise ValueError(f'sampling {n} > {TOPIC_SAMPLE} embeddings needs their chunk_ids')
+        ranks = sorted(rows, key=lambda i: sample_rank(chunk_ids[i]))
+        rows = np.sort(np.array(ranks[:TOPIC_SAMPLE]))
+    model = train_topics(np.asarray(embeddings)[rows], n, n_topics, seed)
+    return assign_topics(model, np.asarray(embeddings))
 
 
 def apply_filter(
@@ -822,10 +944,10 @@ def apply_filter(
 ) -> tuple[list[Chunk], list[Dropped]]:
     """Applies one filter to a whole corpus held in memory.
 
-    The one dispatch from filter names to the functions above: the evaluation
-    runs every filter through it, and the build's global filters (similarity*,
-    ner_*) run it on one worker per scope. The build distributes the others
-    (exact, minhash, random, intra_doc) with Beam, over the same functions.
+    The one dispatch from filter names to their decisions, through the
+    registry (`transforms.filters`, each filter's `decide`): the evaluation
+    runs every filter through it. The build distributes the same decisions
+    with Beam by each filter's `strategy` (`filter_chunks.filter_transform`).
     With `config.scope`, each scope (`transforms.scope`) is filtered as a
     corpus of its own, so no two chunks of different scopes are compared.
 
@@ -854,33 +976,6 @@ def apply_filter(
 def _apply_unscoped(
     chunks: Sequence[Chunk], spec: FilterSpec, config: FilterConfig
 ) -> tuple[list[Chunk], list[Dropped]]:
-    ordered = sorted(chunks, key=Chunk.sort_key)
-    name, threshold = spec.name, spec.threshold
-    if name == 'exact':
-        return drop_exact(ordered)
-    if name == 'minhash':
-        b, r = config.minhash_config(threshold).bands()
-        return drop_minhash_groups(ordered, threshold, b, r)
-    if name == 'random':
-        return drop_random(ordered, threshold, config.random_seed)
-    if name.startswith('similarity') and name in FILTER_DEFAULTS:
-        return drop_similar(
-            ordered, threshold,
-            require_same_topic='topics' in name, require_shared_entity=name.endswith('_ner'))
-    if name == 'ner_exact':
-        return drop_ner_exact(ordered)
-    if name == 'ner_half':
-        return drop_ner_half(ordered)
-    if name == 'intra_doc':
-        kept, dropped = [], []
-        by_doc = collections.defaultdict(list)
-        for chunk in ordered:
-            by_doc[chunk.doc_id].append(chunk)
-        for doc_id in sorted(by_doc):
-            doc_kept, doc_dropped = intra_doc(
-                by_doc[doc_id], threshold, config.intra_doc_min_salience,
-                config.intra_doc_boost, config.intra_doc_boost_mode)
-            kept.extend(doc_kept)
-            dropped.extend(doc_dropped)
-        return sorted(kept, key=Chunk.sort_key), dropped
-    raise ValueError(f'unknown filter {name!r}')
+    from transforms import filters
+
+    return filters.get(spec.name).decide(sorted(chunks, key=Chunk.sort_key), spec.threshold, config)

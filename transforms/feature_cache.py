@@ -6,9 +6,9 @@ embedding, entities and MinHash signature of chunks whose text is new.
 
 Layout under a cache root (local or any Beam filesystem):
 
-    ROOT/<feature>/<settings_id>/settings.json               what the values depend on
-    ROOT/<feature>/<settings_id>/<generation>/entries.parquet  text_key -> value
-    ROOT/<feature>/<settings_id>/<generation>/COMPLETE       written after the run succeeded
+    ROOT/<feature>/<settings_id>/settings.json                   what the values depend on
+    ROOT/<feature>/<settings_id>/<generation>/part-*-of-*.parquet  text_key -> value, sharded by key
+    ROOT/<feature>/<settings_id>/<generation>/COMPLETE           written after the run succeeded
 
 `settings_id` hashes everything besides the text that determines a value
 (model weights and versions, labels, MinHash parameters), so a changed
@@ -36,7 +36,8 @@ from apache_beam.metrics import Metrics
 
 from transforms.text import text_key
 from transforms.types import Chunk
-from transforms.write import delete_trees, split_complete, write_bytes, write_json, write_table
+from transforms import write
+from transforms.write import delete_trees, split_complete, write_bytes, write_json
 
 # Per-chunk features, keyed by the chunk's text.
 CHUNK_FEATURES = ('embedding', 'entities', 'minhash')
@@ -53,7 +54,8 @@ VALUE_TYPES = {
 }
 # `--cache none`: the flag value that turns the cache off, in every job.
 NO_CACHE = 'none'
-ENTRIES_FILE = 'entries.parquet'
+# A generation written before entries were sharded: one file, read all the same.
+LEGACY_ENTRIES_FILE = 'entries.parquet'
 COMPLETE_FILE = 'COMPLETE'
 SETTINGS_FILE = 'settings.json'
 
@@ -159,18 +161,30 @@ def with_value(feature: str, chunk: Chunk, value) -> Chunk:
     return dataclasses.replace(chunk, **{feature: typed_value(feature, value)})
 
 
-def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
-    """Cache entries as a table sorted by key, one row per key (equal keys hold equal values)."""
-    unique = dict(sorted(entries, key=lambda e: e[0]))
-    values = list(unique.values())
+def entries_schema(feature: str) -> pa.Schema:
+    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
+
+
+def entries_spec(feature: str) -> write.TableSpec:
+    """The entries table of a feature: sharded and sorted by key, one row per key."""
+    return write.TableSpec('', entries_schema(feature), 'key', ('key',), unique=True)
+
+
+def entry_row(entry: tuple[str, object], feature: str) -> dict:
+    """A `(key, value)` entry as a row of `entries_spec(feature)`."""
+    key, value = entry
     if feature in ('embedding', 'minhash'):
-        values = [np.asarray(v) for v in values]
+        value = np.asarray(value)
     elif feature == SPANS:
-        values = [[x for triple in v for x in triple] for v in values]
+        value = [x for triple in value for x in triple]
     else:
-        values = [list(v) for v in values]
-    schema = pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
-    return pa.table({'key': list(unique), 'value': values}, schema=schema)
+        value = list(value)
+    return {'key': key, 'value': value}
+
+
+def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
+    """Cache entries as one table sorted by key, one row per key (equal keys hold equal values)."""
+    return write.part_table((entry_row(e, feature) for e in entries), entries_spec(feature))
 
 
 def table_entries(table: pa.Table) -> Iterator[tuple[str, object]]:
@@ -201,27 +215,33 @@ class CacheRun:
       root: The cache root.
       specs: One spec per feature the run computes.
       generation: Name of the generation this run writes (its run id).
-      read_from: Per feature, the entries file of the newest complete
-        generation, or None when there is none yet.
+      read_from: Per feature, the newest complete generation directory, or
+        None when there is none yet.
+      num_shards: Parts of each entries table this run writes.
     """
 
     root: str
     specs: tuple[CacheSpec, ...]
     generation: str
     read_from: Mapping[str, Optional[str]]
+    num_shards: int = 1
 
     @classmethod
-    def open(cls, root: str, specs: Iterable[CacheSpec], generation: str) -> 'CacheRun':
+    def open(cls, root: str, specs: Iterable[CacheSpec], generation: str, num_shards: int = 1) -> 'CacheRun':
         """Finds the newest complete generation of each spec's directory."""
         specs = tuple(specs)
         read_from = {}
         for spec in specs:
             complete, _ = generations(spec.directory(root))
-            read_from[spec.feature] = posixpath.join(complete[-1], ENTRIES_FILE) if complete else None
-        return cls(root.rstrip('/'), specs, generation, read_from)
+            read_from[spec.feature] = complete[-1] if complete else None
+        return cls(root.rstrip('/'), specs, generation, read_from, num_shards)
 
-    def entries_path(self, spec: CacheSpec) -> str:
-        return posixpath.join(spec.directory(self.root), self.generation, ENTRIES_FILE)
+    def entries_dir(self, spec: CacheSpec) -> str:
+        """Where this run writes the parts of one feature's entries."""
+        return posixpath.join(spec.directory(self.root), self.generation)
+
+    def spec_of(self, feature: str) -> CacheSpec:
+        return next(s for s in self.specs if s.feature == feature)
 
     def features(self, among: Iterable[str] = FEATURES) -> tuple[str, ...]:
         """The cached features of this run, among `among`."""
@@ -229,13 +249,9 @@ class CacheRun:
         return tuple(s.feature for s in self.specs if s.feature in among)
 
     def write_entries(self, feature: str, entries: Iterable[tuple[str, object]]) -> None:
-        """Writes this run's generation of one feature (it counts once `commit` ran)."""
-        spec = next(s for s in self.specs if s.feature == feature)
-        write_table(entries_table(feature, entries), self.entries_path(spec))
-
-    def write_entries_of(self, entries: list, feature: str) -> None:
-        """`write_entries` with the entries first, for `beam.Map`."""
-        self.write_entries(feature, entries)
+        """Writes this run's generation of one feature in this process (it counts once `commit` ran)."""
+        write.write_parts((entry_row(e, feature) for e in entries), entries_spec(feature),
+                          self.entries_dir(self.spec_of(feature)), self.num_shards)
 
     def commit(self) -> None:
         """Marks this run's generations complete; call only after the pipeline succeeded."""
@@ -252,13 +268,22 @@ class CacheRun:
             delete_trees(old)
 
 
-def read_entries(path: str, feature: str) -> dict[str, object]:
-    """All entries of one generation's file, values as `with_value` sets them."""
+def entries_pattern(generation: str) -> str:
+    """The Parquet files of a generation: its parts, or the one file of an older layout."""
+    return posixpath.join(generation, '*.parquet')
+
+
+def read_entries(generation: str, feature: str) -> dict[str, object]:
+    """All entries of one generation, values as `with_value` sets them (evaluation: it holds them all)."""
     import pyarrow.parquet as pq
 
-    with FileSystems.open(path) as f:
-        table = pq.read_table(f)
-    return {key: typed_value(feature, value) for key, value in table_entries(table)}
+    legacy = posixpath.join(generation, LEGACY_ENTRIES_FILE)
+    if FileSystems.exists(legacy):
+        with FileSystems.open(legacy) as f:
+            tables = [pq.read_table(f)]
+    else:
+        tables = write.iter_parts(generation)
+    return {key: typed_value(feature, value) for table in tables for key, value in table_entries(table)}
 
 
 def typed_value(feature: str, value):
@@ -342,16 +367,17 @@ class ReadCacheEntries(beam.PTransform):
             return pbegin | 'Empty' >> beam.Create([])
         return (
             pbegin
-            | 'Read' >> beam.io.ReadFromParquetBatched(self._path)
+            | 'Read' >> beam.io.ReadFromParquetBatched(entries_pattern(self._path))
             | 'Entries' >> beam.FlatMap(table_entries)
         )
 
 
 class WriteCacheEntries(beam.PTransform):
-    """PCollection[(key, value)] -> this run's generation of one feature, one sorted file.
+    """PCollection[(key, value)] -> this run's generation of one feature: parts sharded by key.
 
-    Entries are gathered like the other outputs; the generation counts only
-    once `CacheRun.commit` marks it complete.
+    Written like the output tables (`write.WriteTable`), one part per
+    worker at a time; the generation counts only once `CacheRun.commit`
+    marks it complete.
     """
 
     def __init__(self, cache: CacheRun, feature: str):
@@ -360,10 +386,12 @@ class WriteCacheEntries(beam.PTransform):
         self._feature = feature
 
     def expand(self, entries):
+        cache, feature = self._cache, self._feature
         return (
             entries
-            | 'Gather' >> beam.combiners.ToList()
-            | 'Write' >> beam.Map(self._cache.write_entries_of, self._feature)
+            | 'Rows' >> beam.Map(entry_row, feature)
+            | 'Write' >> write.WriteTable(entries_spec(feature), cache.entries_dir(cache.spec_of(feature)),
+                                          cache.num_shards)
         )
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms.dedup import FilterConfig, topics
+from transforms import dedup
+from transforms.dedup import FilterConfig
 from transforms.entities import extract_entities, load_ner
 from transforms.minhash import MinHashConfig, signatures
 from transforms.types import Chunk
@@ -46,7 +48,7 @@ def with_minhash(chunks: Sequence[Chunk], config: MinHashConfig) -> list[Chunk]:
 
 
 def with_topics(chunks: Sequence[Chunk], n_topics: Optional[int], seed: int) -> list[Chunk]:
-    """Returns the chunks in canonical order with `topic` set by seeded KMeans.
+    """Returns the chunks in canonical order with `topic` set (`dedup.topics`, in memory).
 
     The chunks are sorted by `(doc_id, chunk_index)` first: KMeans depends on
     the row order, which must not be the runner's.
@@ -54,7 +56,7 @@ def with_topics(chunks: Sequence[Chunk], n_topics: Optional[int], seed: int) -> 
     ordered = sorted(chunks, key=Chunk.sort_key)
     if not ordered:
         return []
-    ids = topics(np.stack([c.embedding for c in ordered]), n_topics, seed)
+    ids = dedup.topics(np.stack([c.embedding for c in ordered]), n_topics, seed, [c.chunk_id for c in ordered])
     return [dataclasses.replace(c, topic=int(t)) for c, t in zip(ordered, ids)]
 
 
@@ -126,11 +128,64 @@ class ExtractEntities(beam.PTransform):
         )
 
 
+def sample_entry(chunk: Chunk) -> tuple:
+    """`(sample rank, canonical key, embedding)`: the smallest ranks form the training sample."""
+    return dedup.sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
+
+
+def train_on_entries(entries: Iterable[tuple], n_total: int, train: Callable):
+    """`train(sample embeddings in canonical order, n_total)`; None for no chunk.
+
+    Canonical order because KMeans depends on the row order, which must not be the runner's.
+    """
+    ordered = sorted(entries, key=lambda e: e[1])
+    if not ordered:
+        return None
+    return train(np.stack([e[2] for e in ordered]), n_total)
+
+
+class TrainOnSample(beam.PTransform):
+    """PCollection[Chunk] (embedded) -> a one-element PCollection: a model trained on a bounded sample.
+
+    The sample is the `size` chunks with the smallest `dedup.sample_rank`
+    (a stable hash of chunk_id, so the same on every runner): the only
+    thing gathered, and it stays small whatever the corpus. `train` gets the
+    sample's embeddings in canonical order and the corpus's chunk count
+    (e.g. for the number of clusters); its model (a few centroids) is meant
+    to reach the workers as a side input.
+    """
+
+    def __init__(self, size: int, train: Callable):
+        super().__init__()
+        self._size = size
+        self._train = train
+
+    def expand(self, chunks):
+        count = chunks | 'CountChunks' >> beam.combiners.Count.Globally()
+        return (
+            chunks
+            | 'SampleEntries' >> beam.Map(sample_entry)
+            | 'Sample' >> beam.combiners.Top.Smallest(self._size)
+            | 'Train' >> beam.Map(train_on_entries, beam.pvalue.AsSingleton(count), self._train)
+        )
+
+
+class _AssignTopicsFn(beam.DoFn):
+    def process(self, batch: list[Chunk], model) -> Iterable[Chunk]:
+        ids = dedup.assign_topics(model, np.stack([c.embedding for c in batch]))
+        for chunk, topic in zip(batch, ids):
+            yield dataclasses.replace(chunk, topic=int(topic))
+
+
 class AssignTopics(beam.PTransform):
     """PCollection[Chunk] (embedded) -> PCollection[Chunk] with `topic` set.
 
-    KMeans needs every embedding at once, so the chunks are gathered on one
-    worker (384 float32 per chunk: ~1.5 GB for a million chunks).
+    KMeans is trained on a bounded sample (`dedup.TOPIC_SAMPLE` chunks, the
+    smallest `sample_rank`: the only gathered thing, and it stays small
+    whatever the corpus), with the chunk count for the default number of
+    topics; the fitted model (k centroids) reaches the workers as a side
+    input and each batch of chunks is assigned there. A corpus no larger than
+    the sample gets exactly `dedup.topics`' (and the evaluation's) result.
     """
 
     def __init__(self, n_topics: Optional[int], seed: int):
@@ -139,10 +194,12 @@ class AssignTopics(beam.PTransform):
         self._seed = seed
 
     def expand(self, chunks):
+        train = functools.partial(dedup.train_topics, n_topics=self._n_topics, seed=self._seed)
+        model = chunks | 'TrainKMeans' >> TrainOnSample(dedup.TOPIC_SAMPLE, train)
         return (
             chunks
-            | 'GatherForTopics' >> beam.combiners.ToList()
-            | 'KMeans' >> beam.FlatMap(with_topics, self._n_topics, self._seed)
+            | 'BatchForTopics' >> beam.BatchElements(min_batch_size=1, max_batch_size=FEATURE_BATCH)
+            | 'Assign' >> beam.ParDo(_AssignTopicsFn(), beam.pvalue.AsSingleton(model))
         )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import logging
 from typing import Callable, Iterable, Sequence
@@ -13,9 +12,8 @@ import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from transforms import dedup
+from transforms import dedup, filters
 from transforms.scope import chunk_scope
-from transforms.minhash import band_keys, is_empty_signature
 from transforms.types import Chunk, Dropped
 
 LOG = logging.getLogger('ragsieve.build')
@@ -23,11 +21,9 @@ LOG = logging.getLogger('ragsieve.build')
 KEPT = 'kept'
 DROPPED = 'dropped'
 
-# Filters that compare every surviving chunk with every other, in one global
-# greedy order: they run on one worker over the gathered chunks.
-GLOBAL_FILTERS = frozenset(
-    {'similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner', 'ner_exact', 'ner_half'}
-)
+# Counter (in each filter's namespace) of the chunks a grouped filter keeps
+# without grouping them (e.g. `ner_exact`: a chunk without entities).
+UNGROUPED = 'kept_ungrouped'
 
 
 def counter_namespace(index: int, name: str) -> str:
@@ -66,20 +62,14 @@ def _split_outputs(kept: Iterable[Chunk], dropped: Iterable[Dropped]):
 # --- group-wise filters: a pure function over a group of chunks -----------------------
 
 
+def decide_group(chunks: Iterable[Chunk], spec: dedup.FilterSpec, config: dedup.FilterConfig):
+    """A grouped filter's decision over one group, sorted first (not runner order)."""
+    return filters.get(spec.name).decide(sorted(chunks, key=Chunk.sort_key), spec.threshold, config)
+
+
 def drop_exact_group(chunks: Iterable[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """`dedup.drop_exact` over one content_hash group, sorted first (not runner order)."""
-    return dedup.drop_exact(sorted(chunks, key=dedup.keep_order_key))
-
-
-def drop_global(chunks: Iterable[Chunk], spec: dedup.FilterSpec) -> tuple[list[Chunk], list[Dropped]]:
-    """Applies a global filter (similarity*, ner_*) to all chunks, in canonical order.
-
-    Raises:
-      ValueError: If `spec` is not a global filter.
-    """
-    if spec.name not in GLOBAL_FILTERS:
-        raise ValueError(f'{spec.name!r} is not a global filter')
-    return dedup.apply_filter(list(chunks), spec)
+    """`exact` over one content_hash group."""
+    return decide_group(chunks, dedup.FilterSpec('exact'), dedup.FilterConfig())
 
 
 class ApplyFilterFn(beam.DoFn):
@@ -99,79 +89,69 @@ class ApplyFilterFn(beam.DoFn):
         yield from _split_outputs(kept, dropped)
 
 
-class DropExactDuplicates(beam.PTransform):
-    """ExactNorm. PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
+class DropByKey(beam.PTransform):
+    """A `GROUPED` filter. PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
 
-    A GroupByKey on `(scope, content_hash)`; each group keeps its first chunk
-    by `dedup.keep_order_key`.
+    A GroupByKey on `(scope, group_key(chunk))`; the filter's `decide` runs
+    per group. A chunk whose group key is None is kept without grouping
+    (counted as `kept_ungrouped`), so it cannot make a hot group.
     """
 
-    def __init__(self, index: int = 0, scope: tuple[str, ...] = ()):
+    def __init__(self, spec: dedup.FilterSpec, config: dedup.FilterConfig, index: int = 0):
         super().__init__()
+        definition = filters.get(spec.name)
+        if definition.strategy != filters.GROUPED:
+            raise ValueError(f'{spec.name!r} is not a grouped filter')
+        self._spec = spec
+        self._config = config
         self._index = index
-        self._scope = scope
+        self._key_fn = definition.group_key
 
     def expand(self, chunks):
+        keyed = chunks | 'KeyByGroup' >> beam.ParDo(KeyOrPassFn(self._index, self._spec.name, self._key_fn, self._config.scope)).with_outputs(KEPT, main='keyed')
+        fn = functools.partial(decide_group, spec=self._spec, config=self._config)
         outputs = (
-            chunks
-            | 'KeyByContentHash' >> beam.Map(keyed_by, content_hash_of, self._scope)
-            | 'GroupByContentHash' >> beam.GroupByKey()
-            | 'ContentHashGroups' >> beam.Values()
-            | 'KeepOnePerHash' >> beam.ParDo(ApplyFilterFn(self._index, 'exact', drop_exact_group))
+            keyed['keyed']
+            | 'GroupByKey' >> beam.GroupByKey()
+            | 'Groups' >> beam.Values()
+            | 'DecidePerGroup' >> beam.ParDo(ApplyFilterFn(self._index, self._spec.name, fn))
             .with_outputs(DROPPED, main=KEPT)
         )
-        return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
+        kept = (outputs[KEPT], keyed[KEPT]) | 'FlattenKept' >> beam.Flatten()
+        return {KEPT: kept, DROPPED: outputs[DROPPED]}
 
 
-def content_hash_of(chunk: Chunk) -> str:
-    """The key of `exact`: the hash of the normalized text."""
-    return chunk.content_hash
+class KeyOrPassFn(beam.DoFn):
+    """Keys a chunk by `(scope, key_fn(chunk))`; a None key goes straight to `kept`."""
+
+    def __init__(self, index: int, name: str, key_fn: Callable, scope: Sequence[str]):
+        self._index = index
+        self._name = name
+        self._key_fn = key_fn
+        self._scope = scope
+
+    def setup(self):
+        self._counters = _Counters(self._index, self._name)
+        self._ungrouped = Metrics.counter(counter_namespace(self._index, self._name), UNGROUPED)
+
+    def process(self, chunk: Chunk):
+        key = self._key_fn(chunk)
+        if key is None:
+            self._counters.count(1, [])
+            self._ungrouped.inc()
+            yield pvalue.TaggedOutput(KEPT, chunk)
+        else:
+            yield (chunk_scope(chunk, self._scope), key), chunk
+
+
+def DropExactDuplicates(index: int = 0, scope: tuple[str, ...] = ()) -> DropByKey:
+    """ExactNorm: a GroupByKey on `(scope, content_hash)`, one chunk kept per group."""
+    return DropByKey(dedup.FilterSpec('exact'), dedup.FilterConfig(scope=scope), index)
 
 
 def keyed_by(chunk: Chunk, key_fn: Callable[[Chunk], str], scope: Sequence[str]) -> tuple[tuple[str, str], Chunk]:
     """`((scope key, key_fn(chunk)), chunk)`: a filter's grouping key, never across scopes."""
     return (chunk_scope(chunk, scope), key_fn(chunk)), chunk
-
-
-def scope_of(chunk: Chunk, scope: Sequence[str]) -> str:
-    """The partition key of the global filters: one greedy pass per scope."""
-    return chunk_scope(chunk, scope)
-
-
-def doc_id_of(chunk: Chunk) -> str:
-    """The key of `intra_doc`: the chunk's document."""
-    return chunk.doc_id
-
-
-class DropGlobally(beam.PTransform):
-    """Similarity [+ Topics] [+ NER], NER Exact, NER Half.
-
-    PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
-    The study's greedy rule visits all chunks in one global order, so the
-    surviving chunks of each scope are gathered on one worker (a GroupByKey
-    on the scope key: the whole corpus when no scope is set) and the pure
-    `dedup` filter (FAISS candidate search inside) decides.
-    """
-
-    def __init__(self, spec: dedup.FilterSpec, index: int = 0, scope: tuple[str, ...] = ()):
-        super().__init__()
-        if spec.name not in GLOBAL_FILTERS:
-            raise ValueError(f'{spec.name!r} is not a global filter; expected one of {sorted(GLOBAL_FILTERS)}')
-        self._spec = spec
-        self._index = index
-        self._scope = scope
-
-    def expand(self, chunks):
-        fn = functools.partial(drop_global, spec=self._spec)
-        outputs = (
-            chunks
-            | 'KeyByScope' >> beam.WithKeys(scope_of, self._scope)
-            | 'GatherScope' >> beam.GroupByKey()
-            | 'ScopeGroups' >> beam.Values()
-            | 'DropRedundant' >> beam.ParDo(ApplyFilterFn(self._index, self._spec.name, fn))
-            .with_outputs(DROPPED, main=KEPT)
-        )
-        return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
 
 
 # --- intra_doc -----------------------------------------------------------------------
@@ -241,7 +221,7 @@ class DropIntraDocRedundancy(beam.PTransform):
     def expand(self, chunks):
         outputs = (
             chunks
-            | 'KeyByDocument' >> beam.Map(keyed_by, doc_id_of, self._config.scope)
+            | 'KeyByDocument' >> beam.Map(keyed_by, filters.get('intra_doc').group_key, self._config.scope)
             | 'GroupByDocument' >> beam.GroupByKey()
             | 'DocumentGroups' >> beam.Values()
             | 'DedupWithinDocument' >> beam.ParDo(IntraDocFn(self._index, self._spec, self._config))
@@ -250,193 +230,67 @@ class DropIntraDocRedundancy(beam.PTransform):
         return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
 
 
-# --- random ----------------------------------------------------------------------------
+# --- per chunk -------------------------------------------------------------------------
 
 
-class RandomFn(beam.DoFn):
-    def __init__(self, index: int, ratio: float, seed: int):
+class PerChunkFn(beam.DoFn):
+    def __init__(self, index: int, spec: dedup.FilterSpec, config: dedup.FilterConfig):
         self._index = index
-        self._ratio = ratio
-        self._seed = seed
+        self._spec = spec
+        self._config = config
 
     def setup(self):
-        self._counters = _Counters(self._index, 'random')
+        self._counters = _Counters(self._index, self._spec.name)
+        self._decide = filters.get(self._spec.name).decide
 
     def process(self, chunk: Chunk):
-        kept, dropped = dedup.drop_random([chunk], self._ratio, self._seed)
+        kept, dropped = self._decide([chunk], self._spec.threshold, self._config)
         self._counters.count(len(kept), dropped)
         yield from _split_outputs(kept, dropped)
 
 
-class DropRandomly(beam.PTransform):
-    """Random control: each chunk dropped with probability `ratio`, seeded by its id.
+class DropPerChunk(beam.PTransform):
+    """A `PER_CHUNK` filter (e.g. `random`): each chunk decided alone.
 
     PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
     """
 
-    def __init__(self, ratio: float, seed: int, index: int = 0):
+    def __init__(self, spec: dedup.FilterSpec, config: dedup.FilterConfig, index: int = 0):
         super().__init__()
-        if not 0.0 <= ratio <= 1.0:
-            raise ValueError(f'random ratio must be in [0, 1], got {ratio}')
-        self._ratio = ratio
-        self._seed = seed
+        if filters.get(spec.name).strategy != filters.PER_CHUNK:
+            raise ValueError(f'{spec.name!r} is not a per-chunk filter')
+        self._spec = spec
+        self._config = config
         self._index = index
 
     def expand(self, chunks):
-        outputs = chunks | 'DrawAndSplit' >> beam.ParDo(
-            RandomFn(self._index, self._ratio, self._seed)).with_outputs(DROPPED, main=KEPT)
+        outputs = chunks | 'DecideAndSplit' >> beam.ParDo(
+            PerChunkFn(self._index, self._spec, self._config)).with_outputs(DROPPED, main=KEPT)
         return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
 
 
-# --- minhash ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class BandMember:
-    """What an LSH bucket holds of a chunk: enough to verify and to resolve groups."""
-
-    chunk_id: str
-    keep_key: tuple
-    minhash: np.ndarray
-
-
-def band_entries(chunk: Chunk, b: int, r: int, scope: Sequence[str] = ()):
-    """Yields `((scope key, band_key), BandMember)` for each LSH band of a chunk's signature.
-
-    The scope key in the bucket key means chunks of different scopes never
-    share a bucket, so they are never candidates.
-
-    Chunks with an empty shingle set are never grouped (two empty signatures
-    would estimate Jaccard 1.0).
-
-    Raises:
-      ValueError: If the chunk has no signature.
-    """
-    if chunk.minhash is None:
-        raise ValueError(f'chunk {chunk.chunk_id} has no minhash signature')
-    if is_empty_signature(chunk.minhash):
-        return
-    member = BandMember(chunk.chunk_id, dedup.keep_order_key(chunk), np.asarray(chunk.minhash, np.uint64))
-    prefix = chunk_scope(chunk, scope)
-    for key in band_keys(member.minhash, b, r):
-        yield (prefix, key), member
-
-
-def verified_edges(bucket: tuple[bytes, Iterable[BandMember]], threshold: float):
-    """Yields `(a, b)` BandMember pairs of a bucket whose estimated Jaccard >= threshold.
-
-    Members are sorted by chunk_id so the edges do not depend on runner order.
-    """
-    _, members = bucket
-    by_id = {m.chunk_id: m for m in members}
-    ordered = [by_id[k] for k in sorted(by_id)]
-    for x in range(len(ordered)):
-        for y in range(x + 1, len(ordered)):
-            a, b = ordered[x], ordered[y]
-            if np.count_nonzero(a.minhash == b.minhash) / a.minhash.shape[0] >= threshold:
-                yield a, b
-
-
-def resolve_components(edges: Iterable[tuple[BandMember, BandMember]]) -> dict[str, tuple[str, float]]:
-    """Groups the verified edges into components and picks each one's keeper.
-
-    Returns:
-      `{dropped chunk_id: (keeper chunk_id, estimated Jaccard to the keeper)}`.
-    """
-    members: dict[str, BandMember] = {}
-    pairs = set()
-    for a, b in edges:
-        members[a.chunk_id] = a
-        members[b.chunk_id] = b
-        pairs.add((a.chunk_id, b.chunk_id))
-    decisions = {}
-    for component in dedup.connected_components(sorted(members), sorted(pairs)):
-        keeper = members[min(component, key=lambda i: members[i].keep_key)]
-        for chunk_id in component:
-            if chunk_id != keeper.chunk_id:
-                sig = members[chunk_id].minhash
-                score = float(np.count_nonzero(sig == keeper.minhash)) / sig.shape[0]
-                decisions[chunk_id] = (keeper.chunk_id, score)
-    return decisions
-
-
-class SplitByDecisionFn(beam.DoFn):
-    def __init__(self, index: int, reason: str):
-        self._index = index
-        self._reason = reason
-
-    def setup(self):
-        self._counters = _Counters(self._index, self._reason)
-
-    def process(self, chunk: Chunk, decisions: dict):
-        decision = decisions.get(chunk.chunk_id)
-        if decision is None:
-            self._counters.count(1, [])
-            yield chunk
-        else:
-            dropped = Dropped(chunk, self._reason, decision[0], decision[1])
-            self._counters.count(0, [dropped])
-            yield pvalue.TaggedOutput(DROPPED, dropped)
-
-
-class DropNearDuplicates(beam.PTransform):
-    """MinHash-LSH. PCollection[Chunk] (with minhash) -> {'kept', 'dropped'}.
-
-    Candidate pairs come from a GroupByKey on LSH band keys (never all
-    pairs) and are verified by estimated Jaccard in their bucket; only the
-    verified edges are gathered on one worker, grouped into connected
-    components (`dedup.connected_components`), and each component keeps its
-    first chunk by `dedup.keep_order_key`. The decisions reach the chunks as a
-    side input. Same result as `dedup.drop_minhash_groups`.
-    """
-
-    def __init__(self, threshold: float, b: int, r: int, index: int = 0, scope: tuple[str, ...] = ()):
-        super().__init__()
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f'minhash threshold must be in (0, 1], got {threshold}')
-        self._scope = scope
-        self._threshold = threshold
-        self._b = b
-        self._r = r
-        self._index = index
-
-    def expand(self, chunks):
-        decisions = (
-            chunks
-            | 'EmitBandKeys' >> beam.FlatMap(band_entries, self._b, self._r, self._scope)
-            | 'GroupByBand' >> beam.GroupByKey()
-            | 'VerifyPairs' >> beam.FlatMap(verified_edges, self._threshold)
-            | 'GatherEdges' >> beam.combiners.ToList()
-            | 'ResolveComponents' >> beam.Map(resolve_components)
-        )
-        outputs = chunks | 'SplitByDecision' >> beam.ParDo(
-            SplitByDecisionFn(self._index, 'minhash'), beam.pvalue.AsSingleton(decisions)
-        ).with_outputs(DROPPED, main=KEPT)
-        return {KEPT: outputs[KEPT], DROPPED: outputs[DROPPED]}
+def DropRandomly(ratio: float, seed: int, index: int = 0) -> DropPerChunk:
+    """Random control: each chunk dropped with probability `ratio`, seeded by its id."""
+    return DropPerChunk(dedup.FilterSpec('random', ratio), dedup.FilterConfig(random_seed=seed), index)
 
 
 # --- the sequence ----------------------------------------------------------------------
 
 
 def filter_transform(index: int, spec: dedup.FilterSpec, config: dedup.FilterConfig) -> beam.PTransform:
-    """The transform of one filter, the `index`-th of the run.
+    """The transform of one filter, the `index`-th of the run, chosen by its registered strategy.
 
     Raises:
       ValueError: For an unknown filter name.
     """
-    name = spec.name
-    if name == 'exact':
-        return DropExactDuplicates(index, config.scope)
-    if name == 'minhash':
-        b, r = config.minhash_config(spec.threshold).bands()
-        return DropNearDuplicates(spec.threshold, b, r, index, config.scope)
-    if name == 'random':
-        return DropRandomly(spec.threshold, config.random_seed, index)
-    if name == 'intra_doc':
-        return DropIntraDocRedundancy(spec, config, index)
-    if name in GLOBAL_FILTERS:
-        return DropGlobally(spec, index, config.scope)
-    raise ValueError(f'unknown filter {name!r}')
+    definition = filters.get(spec.name)
+    if definition.beam_transform is not None:
+        return definition.beam_transform(index, spec, config)
+    if definition.strategy == filters.PER_CHUNK:
+        return DropPerChunk(spec, config, index)
+    if definition.strategy == filters.GROUPED:
+        return DropByKey(spec, config, index)
+    raise ValueError(f'filter {spec.name!r}: strategy {definition.strategy!r} needs a beam_transform')
 
 
 class FilterChunks(beam.PTransform):

@@ -69,6 +69,20 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
             root = pattern.rstrip('/') or '/'
             return root, list_local_directory(root)
         return posixpath.dirname(pattern), [pattern]
+    root, matches = _match_input(pattern)
+    return root, sorted(m.path for m in matches)
+
+
+def input_bytes(pattern: str) -> int:
+    """Total size of the regular files `--input` names, from their metadata (nothing is read)."""
+    if '://' not in pattern and os.path.lexists(pattern):
+        paths = expand_input(pattern)[1]
+        # Special files and broken links are rejected unread: they add nothing.
+        return sum(os.stat(p).st_size for p in paths if file_problem(p) is None)
+    return sum(m.size_in_bytes for m in _match_input(pattern)[1])
+
+
+def _match_input(pattern: str):
     if _GLOB_CHARS.search(pattern):
         prefix = _GLOB_CHARS.split(pattern, 1)[0]
         root = prefix.rstrip('/') if prefix.endswith('/') else posixpath.dirname(prefix)
@@ -79,8 +93,7 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
     else:
         root = posixpath.dirname(pattern)
         glob = pattern
-    matches = FileSystems.match([glob])[0].metadata_list
-    return root, sorted(m.path for m in matches)
+    return root, FileSystems.match([glob])[0].metadata_list
 
 
 def list_local_directory(root: str) -> list[str]:

@@ -21,7 +21,7 @@ import logging
 import math
 import os
 import tempfile
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -313,16 +313,55 @@ def bm25_tokenize(texts: Sequence[str], tokenizer: Mapping = BM25_TOKENIZER, ret
     return bm25s.tokenize(list(texts), return_ids=return_ids, show_progress=False, **tokenizer)
 
 
+def tokenize_batches(batches: Iterable[Sequence[str]], tokenizer: Mapping = BM25_TOKENIZER):
+    """Tokenizes batches of texts into one vocabulary, as one `bm25_tokenize` of them all would.
+
+    bm25s numbers tokens in order of first occurrence; each batch is
+    tokenized alone and its ids renumbered into the running vocabulary, so
+    the ids equal those of one call on the concatenation. Token ids are kept
+    as compact int32 arrays, one per text.
+
+    Returns:
+      `bm25s.tokenization.Tokenized(ids, vocab)`.
+    """
+    import array
+
+    bm25s = bm25s_module()
+    vocab: dict[str, int] = {}
+    ids: list = []
+    for texts in batches:
+        if not texts:
+            continue
+        local = bm25_tokenize(texts, tokenizer)
+        # local ids number the batch's tokens in order of first occurrence
+        to_global = [vocab.setdefault(token, len(vocab)) for token in local.vocab]
+        for doc in local.ids:
+            ids.append(array.array('i', [to_global[i] for i in doc]))
+    return bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
+
+
 def build_bm25(texts: Sequence[str]):
     """An in-memory BM25 index (bm25s, default Lucene parameters); row i = texts[i].
 
     Raises:
       ValueError: if `texts` is empty (bm25s cannot index nothing).
     """
-    if not texts:
+    return build_bm25_of_batches([texts])
+
+
+def build_bm25_of_batches(batches: Iterable[Sequence[str]]):
+    """`build_bm25` of the texts of all batches in order, tokenized one batch at a time.
+
+    bm25s indexes from every text's token ids at once, so those (4 bytes per
+    token) and the vocabulary are held; the texts are not.
+
+    Raises:
+      ValueError: if there is no text (bm25s cannot index nothing).
+    """
+    tokenized = tokenize_batches(batches)
+    if not tokenized.ids:
         raise ValueError('cannot build a BM25 index of no texts')
     bm25s = bm25s_module()
-    tokenized = bm25_tokenize(texts)
     if not tokenized.vocab:
         # Every text is stopwords or punctuation ("!!!"): bm25s cannot index an
         # empty vocabulary. The empty string, which no query token can be, as
@@ -348,7 +387,15 @@ def bm25_files(texts: Sequence[str]) -> dict[str, bytes]:
     Raises:
       ValueError: if `texts` is empty (bm25s cannot index nothing).
     """
-    retriever = build_bm25(texts)
+    return bm25_files_of_batches([texts])
+
+
+def bm25_files_of_batches(batches: Iterable[Sequence[str]]) -> dict[str, bytes]:
+    """`bm25_files` of the texts of all batches in order (e.g. the parts of the chunks table).
+
+    The same bytes as `bm25_files` of the concatenated texts.
+    """
+    retriever = build_bm25_of_batches(batches)
     files = {}
     with tempfile.TemporaryDirectory() as tmp:
         retriever.save(tmp, show_progress=False)

@@ -1,17 +1,20 @@
-"""Writing the output contract: Parquet tables and the FAISS index, sorted and byte-stable."""
+"""Writing the output contract: sharded Parquet tables, sorted and byte-stable, then the indexes."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
 import json
 import posixpath
-from typing import Iterable, Optional
+import time
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 
 from transforms.text import text_key
 from transforms.types import Chunk, Document, Dropped, Rejected
@@ -30,8 +33,17 @@ MANIFEST_FILE = 'manifest.json'
 # Test seam: a build whose environment names one of its checkpoints kills
 # itself there with SIGKILL, exactly like `kill -9` at that point.
 KILL_AT_ENV = 'RAGSIEVE_KILL_AT'
-# One part per table for now: the FAISS index needs every vector in one place anyway.
-PART_NAME = 'part-00000-of-00001.parquet'
+# Every table is a directory of parts `part-SSSSS-of-NNNNN.parquet`. A row's part
+# is a stable hash of its shard column (doc_id), so all rows of a document
+# share one part; rows are sorted inside a part. Row i of a table is row i of
+# its parts read in shard order (see `read_table`).
+PART_PREFIX = 'part-'
+PART_SUFFIX = '.parquet'
+# `--num_shards` default: one part per this much input, at most MAX_DEFAULT_SHARDS.
+SHARD_INPUT_BYTES = 2 << 20
+MAX_DEFAULT_SHARDS = 1024
+# Keys the shard hash, so sharding does not correlate with other blake2 uses of the same ids.
+_SHARD_PERSON = b'ragsieve-shard'
 
 CHUNK_SCHEMA = pa.schema(
     [
@@ -85,63 +97,151 @@ DOCUMENT_SCHEMA = pa.schema(
 )
 
 
-def sorted_chunks(chunks: Iterable[Chunk]) -> list[Chunk]:
-    """Canonical order of every output: by doc_id, then chunk_index."""
-    return sorted(chunks, key=Chunk.sort_key)
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """One sharded output table: its directory, its columns, how rows are sharded and ordered.
+
+    Attributes:
+      directory: Directory name of the table under the output root.
+      schema: Its columns; rows are dicts with exactly these keys.
+      shard_column: Rows with equal values here share a part; a null value
+        shards by `fallback_column`.
+      sort_columns: Order inside a part; together they identify a row.
+      fallback_column: Shard column for rows whose shard_column is null.
+      unique: Keep one row per sort key (equal keys hold equal rows, as in a cache).
+    """
+
+    directory: str
+    schema: pa.Schema
+    shard_column: str
+    sort_columns: tuple[str, ...]
+    fallback_column: Optional[str] = None
+    unique: bool = False
+
+    def __post_init__(self):
+        for column in (self.shard_column, *self.sort_columns, *filter(None, [self.fallback_column])):
+            if column not in self.schema.names:
+                raise ValueError(f'{self.directory}: no column {column!r} in {self.schema.names}')
+
+    def shard_key(self, row: Mapping) -> str:
+        key = row[self.shard_column]
+        if key is None and self.fallback_column:
+            key = row[self.fallback_column]
+        return '' if key is None else str(key)
+
+    def sort_key(self, row: Mapping) -> tuple:
+        # Nulls first; (False, None) never needs comparing with a value.
+        return tuple((row[c] is not None, row[c]) for c in self.sort_columns)
 
 
-def chunks_table(chunks: list[Chunk]) -> pa.Table:
-    """Chunks as a table in CHUNK_SCHEMA; the caller decides the order."""
-    columns = {name: [] for name in CHUNK_SCHEMA.names}
-    for c in chunks:
-        for name in CHUNK_SCHEMA.names:
-            columns[name].append(getattr(c, name))
-    columns['embedding'] = [None if v is None else np.asarray(v, np.float32) for v in columns['embedding']]
-    columns['entities'] = [None if v is None else list(v) for v in columns['entities']]
-    columns['represents'] = [[{'chunk_id': c, 'doc_id': d} for c, d in v] for v in columns['represents']]
-    return pa.table(columns, schema=CHUNK_SCHEMA)
+# A delta shares its dropped chunk's chunk_index: chunk_id orders them (see Chunk.sort_key).
+CHUNKS_TABLE = TableSpec(CHUNKS_DIR, CHUNK_SCHEMA, 'doc_id', ('doc_id', 'chunk_index', 'chunk_id'))
+# A dropped row has no chunk_index: char_start orders a document's chunks alike.
+DROPPED_TABLE = TableSpec(DROPPED_DIR, DROPPED_SCHEMA, 'doc_id', ('doc_id', 'char_start', 'chunk_id'))
+REJECTED_TABLE = TableSpec(
+    REJECTED_DIR, REJECTED_SCHEMA, 'doc_id', ('source', 'reason', 'doc_id'), fallback_column='source')
+DOCUMENTS_TABLE = TableSpec(DOCUMENTS_DIR, DOCUMENT_SCHEMA, 'doc_id', ('doc_id',))
 
 
-def rejected_table(rejected: Iterable[Rejected]) -> pa.Table:
-    """Rejected records sorted by (source, reason), in REJECTED_SCHEMA."""
-    rows = sorted(rejected, key=lambda r: (r.source, r.reason, r.doc_id or ''))
-    return pa.Table.from_pylist(
-        [{'source': r.source, 'doc_id': r.doc_id, 'reason': r.reason, 'detail': r.detail} for r in rows],
-        schema=REJECTED_SCHEMA,
-    )
+def shard_of(key: str, num_shards: int) -> int:
+    """The part of a shard key: a keyed blake2b hash, the same on every worker and run."""
+    digest = hashlib.blake2b(key.encode('utf-8'), digest_size=8, person=_SHARD_PERSON).digest()
+    return int.from_bytes(digest, 'big') % num_shards
 
 
-def dropped_table(dropped: Iterable[Dropped]) -> pa.Table:
-    """Dropped chunks sorted like chunks, in DROPPED_SCHEMA."""
-    rows = sorted(dropped, key=lambda d: d.chunk.sort_key())
-    return pa.Table.from_pylist(
-        [
-            {
-                'chunk_id': d.chunk.chunk_id,
-                'doc_id': d.chunk.doc_id,
-                'text': d.chunk.text,
-                'char_start': d.chunk.char_start,
-                'char_end': d.chunk.char_end,
-                'reason': d.reason,
-                'duplicate_of': d.duplicate_of,
-                'score': d.score,
-            }
-            for d in rows
-        ],
-        schema=DROPPED_SCHEMA,
-    )
+def part_name(shard: int, num_shards: int) -> str:
+    """`part-SSSSS-of-NNNNN.parquet`."""
+    return f'{PART_PREFIX}{shard:05d}-of-{num_shards:05d}{PART_SUFFIX}'
 
 
-def documents_table(documents: Iterable[Document]) -> pa.Table:
-    """Indexed documents sorted by doc_id, in DOCUMENT_SCHEMA (text_key: hash of the exact text)."""
-    rows = sorted(documents, key=lambda d: d.doc_id)
-    return pa.Table.from_pylist(
-        [{'doc_id': d.doc_id, 'source': d.source, 'chars': len(d.text), 'text_key': text_key(d.text),
-          'text': d.text, 'source_bytes': d.source_bytes, 'source_hash': d.source_hash,
-          'metadata': d.metadata}
-         for d in rows],
-        schema=DOCUMENT_SCHEMA,
-    )
+def default_num_shards(input_bytes: int) -> int:
+    """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_DEFAULT_SHARDS.
+
+    The corpus size is not known when the pipeline is built, its input's size
+    is (file sizes, without reading them). 2 MiB of text is about 10k chunks,
+    ~15 MB of float32 embeddings: what a worker holds while it writes a part.
+    """
+    return max(1, min(MAX_DEFAULT_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
+
+
+def part_paths(directory: str) -> list[str]:
+    """The parts of a table directory, in shard order.
+
+    Raises:
+      ValueError: If the directory holds no parts, or not exactly the set
+        `part-00000..N-1-of-N` of one N.
+    """
+    pattern = posixpath.join(directory, f'{PART_PREFIX}*{PART_SUFFIX}')
+    found = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    if not found:
+        raise ValueError(f'{directory} holds no {PART_PREFIX}*{PART_SUFFIX} files')
+    names = [posixpath.basename(p) for p in found]
+    num_shards = int(names[0][len(PART_PREFIX) :].split('-of-')[1][: -len(PART_SUFFIX)])
+    if names != [part_name(i, num_shards) for i in range(num_shards)]:
+        raise ValueError(f'{directory} does not hold exactly the parts 0..{num_shards - 1} of {num_shards}: {names}')
+    return found
+
+
+def iter_parts(directory: str, columns: Optional[Sequence[str]] = None) -> Iterator[pa.Table]:
+    """The parts of a table, one at a time, in shard order (any Beam filesystem)."""
+    for path in part_paths(directory):
+        with FileSystems.open(path) as f:
+            yield pq.read_table(f, columns=columns)
+
+
+def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    """A whole table: its parts concatenated in shard order, so row i is the i-th row of the build."""
+    return pa.concat_tables(list(iter_parts(directory, columns)))
+
+
+def rows_table(rows: Sequence[Mapping], schema: pa.Schema) -> pa.Table:
+    """Row dicts as a table in `schema` (numpy vectors and tuples become lists)."""
+    return pa.table([pa.array([r[name] for r in rows], type=schema.field(name).type) for name in schema.names],
+                    schema=schema)
+
+
+def part_table(rows: Iterable[Mapping], spec: TableSpec) -> pa.Table:
+    """One part's rows, sorted (and deduplicated for a unique table), as a table."""
+    ordered = sorted(rows, key=spec.sort_key)
+    if spec.unique:
+        ordered = [r for i, r in enumerate(ordered) if i == 0 or spec.sort_key(ordered[i - 1]) != spec.sort_key(r)]
+    return rows_table(ordered, spec.schema)
+
+
+def write_parts(rows: Iterable[Mapping], spec: TableSpec, directory: str, num_shards: int) -> None:
+    """Writes a table whose rows are all here (small tables, evaluation), parts as a pipeline would."""
+    by_shard: dict[int, list] = {s: [] for s in range(num_shards)}
+    for row in rows:
+        by_shard[shard_of(spec.shard_key(row), num_shards)].append(row)
+    for shard, shard_rows in by_shard.items():
+        write_table(part_table(shard_rows, spec), posixpath.join(directory, part_name(shard, num_shards)))
+
+
+def chunk_row(chunk: Chunk) -> dict:
+    """A chunk as a row of the chunks table: its fields named like the columns."""
+    row = {name: getattr(chunk, name) for name in CHUNK_SCHEMA.names}
+    row['represents'] = [{'chunk_id': c, 'doc_id': d} for c, d in chunk.represents]
+    return row
+
+
+def dropped_row(dropped: Dropped) -> dict:
+    c = dropped.chunk
+    return {'chunk_id': c.chunk_id, 'doc_id': c.doc_id, 'text': c.text, 'char_start': c.char_start,
+            'char_end': c.char_end, 'reason': dropped.reason, 'duplicate_of': dropped.duplicate_of,
+            'score': dropped.score}
+
+
+def rejected_row(rejected: Rejected) -> dict:
+    return {'source': rejected.source, 'doc_id': rejected.doc_id, 'reason': rejected.reason,
+            'detail': rejected.detail}
+
+
+def document_row(document: Document) -> dict:
+    """text_key: the hash of the exact text, so a later build can tell what changed."""
+    return {'doc_id': document.doc_id, 'source': document.source, 'chars': len(document.text),
+            'text_key': text_key(document.text), 'text': document.text,
+            'source_bytes': document.source_bytes, 'source_hash': document.source_hash,
+            'metadata': document.metadata}
 
 
 def write_table(table: pa.Table, path: str) -> None:
@@ -157,39 +257,58 @@ def write_bytes(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def build_faiss_index(embeddings: np.ndarray, dim: Optional[int] = None):
-    """An exact inner-product index; rows are normalized, so scores are cosines."""
-    import faiss
-
-    dim = embeddings.shape[1] if embeddings.size else dim
-    index = faiss.IndexFlatIP(dim)
-    if len(embeddings):
-        index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
-    return index
+def _keyed_by_shard(row: Mapping, spec: TableSpec, num_shards: int) -> tuple[int, Mapping]:
+    return shard_of(spec.shard_key(row), num_shards), row
 
 
-def write_chunk_outputs(chunks: list[Chunk], output: str, dim: int) -> None:
-    """Writes chunks/, index/index.faiss, index/ids.parquet and bm25/, all in one order.
+class _WritePartFn(beam.DoFn):
+    """(shard, rows) -> one part file; yields the number of rows written."""
 
-    Row i of the chunks table, position i of the FAISS index, row i of
-    ids.parquet and document i of the BM25 index are the same chunk. BM25 is
-    built here, once, so that queries never rebuild it.
+    def __init__(self, spec: TableSpec, directory: str, num_shards: int):
+        self._spec = spec
+        self._directory = directory
+        self._num_shards = num_shards
+        self._rows = Metrics.counter('write', f'{spec.directory}_rows')
+        self._msecs = Metrics.counter('write', 'msecs')
+
+    def process(self, element) -> Iterable[int]:
+        started = time.perf_counter()
+        shard, rows = element
+        table = part_table((r for r in rows if r is not None), self._spec)
+        write_table(table, posixpath.join(self._directory, part_name(shard, self._num_shards)))
+        self._rows.inc(table.num_rows)
+        self._msecs.inc(int((time.perf_counter() - started) * 1000))
+        yield table.num_rows
+
+
+class WriteTable(beam.PTransform):
+    """PCollection[dict] (rows of `spec.schema`) -> PCollection[int]: rows written, one per part.
+
+    Rows are keyed by the stable hash of their shard column and grouped per
+    part; each part is sorted and written by whichever worker holds its
+    group, so a worker holds one part, never the table. Every part of
+    `num_shards` is written, empty ones too: the file set is fixed, and the
+    bytes depend only on the rows and the shard count.
     """
-    import faiss
 
-    chunks = sorted_chunks(chunks)
-    write_table(chunks_table(chunks), posixpath.join(output, CHUNKS_DIR, PART_NAME))
-    checkpoint('chunks_written')
-    vectors = np.stack([c.embedding for c in chunks]) if chunks else np.zeros((0, dim), np.float32)
-    index = build_faiss_index(vectors, dim)
-    write_bytes(posixpath.join(output, INDEX_DIR, INDEX_FILE), faiss.serialize_index(index).tobytes())
-    ids = pa.table({'chunk_id': [c.chunk_id for c in chunks]}, schema=IDS_SCHEMA)
-    write_table(ids, posixpath.join(output, INDEX_DIR, IDS_FILE))
-    if chunks:
-        from transforms.retrieval import bm25_files
+    def __init__(self, spec: TableSpec, directory: str, num_shards: int):
+        super().__init__()
+        if num_shards < 1:
+            raise ValueError(f'num_shards must be >= 1, got {num_shards}')
+        self._spec = spec
+        self._directory = directory
+        self._num_shards = num_shards
 
-        for name, data in bm25_files([c.text for c in chunks]).items():
-            write_bytes(posixpath.join(output, BM25_DIR, name), data)
+    def expand(self, rows):
+        keyed = rows | 'KeyByShard' >> beam.Map(_keyed_by_shard, self._spec, self._num_shards)
+        # A None per shard: empty parts get a group, and a file, too.
+        every = rows.pipeline | 'EveryShard' >> beam.Create([(s, None) for s in range(self._num_shards)])
+        return (
+            (keyed, every)
+            | 'WithEveryShard' >> beam.Flatten()
+            | 'GroupByShard' >> beam.GroupByKey()
+            | 'WritePart' >> beam.ParDo(_WritePartFn(self._spec, self._directory, self._num_shards))
+        )
 
 
 def write_json(path: str, value) -> None:
@@ -197,52 +316,52 @@ def write_json(path: str, value) -> None:
     write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + '\n').encode('utf-8'))
 
 
+# The tables WriteIndex writes: input key, table, element -> row.
+OUTPUT_TABLES = (
+    ('chunks', CHUNKS_TABLE, chunk_row),
+    ('rejected', REJECTED_TABLE, rejected_row),
+    ('dropped', DROPPED_TABLE, dropped_row),
+    ('documents', DOCUMENTS_TABLE, document_row),
+)
+
+
 class WriteIndex(beam.PTransform):
-    """Writes chunks/, index/, bm25/, rejected/, dropped/ and documents/ under `output`.
+    """Writes chunks/, rejected/, dropped/ and documents/ under `output`, then index/ and bm25/.
 
     Input: a dict with 'chunks' (PCollection[Chunk] with embeddings: the kept
     chunks), 'rejected' (PCollection[Rejected]) and optionally 'dropped'
     (PCollection[Dropped]) and 'documents' (PCollection[Document]); each
     optional table is written, possibly empty, whenever its key is present.
-    Returns nothing useful. Each table is gathered on one worker and sorted before
-    writing, so the bytes do not depend on the runner.
+    Every table is written in `num_shards` parts by `WriteTable`; the FAISS
+    and BM25 indexes are then assembled from the written chunk parts (see
+    `transforms.indexes`). Returns the PCollections of rows written per part,
+    by table, and 'indexes'.
     """
 
-    def __init__(self, output: str, dim: int):
+    def __init__(self, output: str, dim: int, num_shards: int, index_config=None):
         super().__init__()
+        from transforms.indexes import IndexConfig
+
         self._output = output
         self._dim = dim
+        self._num_shards = num_shards
+        self._index_config = index_config or IndexConfig()
 
     def expand(self, pcolls):
-        chunks = (
-            pcolls['chunks']
-            | 'GatherChunks' >> beam.combiners.ToList()
-            | 'WriteChunksAndIndex' >> beam.Map(write_chunk_outputs, self._output, self._dim)
-        )
-        rejected = (
-            pcolls['rejected']
-            | 'GatherRejected' >> beam.combiners.ToList()
-            | 'ToRejectedTable' >> beam.Map(rejected_table)
-            | 'WriteRejected'
-            >> beam.Map(write_table, posixpath.join(self._output, REJECTED_DIR, PART_NAME))
-        )
-        outputs = {'chunks': chunks, 'rejected': rejected}
-        if 'documents' in pcolls:
-            outputs['documents'] = (
-                pcolls['documents']
-                | 'GatherDocuments' >> beam.combiners.ToList()
-                | 'ToDocumentsTable' >> beam.Map(documents_table)
-                | 'WriteDocuments'
-                >> beam.Map(write_table, posixpath.join(self._output, DOCUMENTS_DIR, PART_NAME))
+        from transforms.indexes import BuildIndexes
+
+        outputs = {}
+        for key, spec, to_row in OUTPUT_TABLES:
+            if key not in pcolls:
+                continue
+            name = key.title()
+            outputs[key] = (
+                pcolls[key]
+                | f'{name}Rows' >> beam.Map(to_row)
+                | f'Write{name}' >> WriteTable(spec, posixpath.join(self._output, spec.directory), self._num_shards)
             )
-        if 'dropped' in pcolls:
-            outputs['dropped'] = (
-                pcolls['dropped']
-                | 'GatherDropped' >> beam.combiners.ToList()
-                | 'ToDroppedTable' >> beam.Map(dropped_table)
-                | 'WriteDropped'
-                >> beam.Map(write_table, posixpath.join(self._output, DROPPED_DIR, PART_NAME))
-            )
+        outputs['indexes'] = outputs['chunks'] | 'BuildIndexes' >> BuildIndexes(
+            self._output, self._dim, self._index_config)
         return outputs
 
 

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index
+from transforms import write
 from transforms.text import content_hash
 
 
@@ -15,17 +16,32 @@ def build(corpus, out, *flags):
     return build_index.run(['--input', str(corpus), '--output', str(out), '--chunk_size', '64', *flags])
 
 
+# Several parts per table, so sharding is part of every check below.
+SHARDS = ('--num_shards', '3')
+
+
 @pytest.fixture
 def built(corpus_dir, tmp_path):
     root, expected = corpus_dir
     out = tmp_path / 'out'
-    manifest = build(root, out, '--chunk_overlap', '16')
+    manifest = build(root, out, '--chunk_overlap', '16', *SHARDS)
     return root, expected, out, manifest
+
+
+def data_files(directory):
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for name in ['chunks', 'dropped', 'rejected', 'documents', 'index', 'bm25']
+            for p in sorted((directory / name).rglob('*')) if p.is_file()}
 
 
 def test_output_contract(built):
     root, expected, out, manifest = built
-    chunks = pq.read_table(out / 'chunks').to_pylist()
+    for table in ['chunks', 'dropped', 'rejected', 'documents']:
+        assert sorted(p.name for p in (out / table).iterdir()) == [
+            f'part-0000{i}-of-00003.parquet' for i in range(3)], table
+    chunks = write.read_table(str(out / 'chunks')).to_pylist()
+    # pyarrow reads the directory as a dataset in the same (shard) order.
+    assert pq.read_table(out / 'chunks').column('chunk_id').to_pylist() == [c['chunk_id'] for c in chunks]
     assert {c['doc_id'] for c in chunks} == expected['documents']
     texts = {'pasta.txt': (root / 'pasta.txt').read_text(), 'sub/orbits.md': (root / 'sub/orbits.md').read_text()}
     for c in chunks:
@@ -35,7 +51,11 @@ def test_output_contract(built):
         assert 0 < c['n_tokens'] <= 64
         assert c['content_hash'] == content_hash(c['text'])
         assert len(c['embedding']) == 384
-    assert [(c['doc_id'], c['chunk_index']) for c in chunks] == sorted((c['doc_id'], c['chunk_index']) for c in chunks)
+    # Each document's chunks are in one part, each part sorted by (doc_id, chunk_index).
+    for part in sorted((out / 'chunks').iterdir()):
+        keys = [(c['doc_id'], c['chunk_index']) for c in pq.read_table(part).to_pylist()]
+        assert keys == sorted(keys)
+        assert {write.shard_of(doc, 3) for doc, _ in keys} <= {int(part.name[5:10])}
     # The default cascade drops the repeated pasta paragraphs; kept + dropped is every chunk.
     dropped = pq.read_table(out / 'dropped').to_pylist()
     assert sum(c['doc_id'] == 'pasta.txt' for c in chunks + dropped) > 3
@@ -71,15 +91,11 @@ def test_output_contract(built):
 def test_same_input_gives_identical_bytes_across_runner_modes(built, tmp_path):
     root, _, first, _ = built
     second = tmp_path / 'second'
-    build(root, second, '--chunk_overlap', '16',
+    build(root, second, '--chunk_overlap', '16', *SHARDS,
           '--direct_running_mode=multi_processing', '--direct_num_workers=2')
-    for part in ['chunks/part-00000-of-00001.parquet', 'index/index.faiss', 'index/ids.parquet',
-                 'rejected/part-00000-of-00001.parquet', 'dropped/part-00000-of-00001.parquet']:
-        assert (first / part).read_bytes() == (second / part).read_bytes(), part
-    bm25 = sorted(p.name for p in (first / 'bm25').iterdir())
-    assert bm25 == sorted(p.name for p in (second / 'bm25').iterdir()) and 'vocab.index.json' in bm25
-    for name in bm25:
-        assert (first / 'bm25' / name).read_bytes() == (second / 'bm25' / name).read_bytes(), name
+    files = data_files(first)
+    assert 'bm25/vocab.index.json' in files and 'chunks/part-00002-of-00003.parquet' in files
+    assert data_files(second) == files
 
 
 def test_config_file_with_flag_override(corpus_dir, tmp_path):
@@ -115,6 +131,9 @@ def test_refuses_to_replace_a_foreign_directory(corpus_dir, tmp_path):
     (['--filter', 'minhash@1.5'], 'minhash threshold'),
     (['--intra_doc_min_salience', '2'], 'intra_doc_min_salience'),
     (['--embedding_model', '/no/such/model'], 'cannot load embedding model'),
+    (['--index_type', 'NoSuchIndex'], 'index_factory'),
+    (['--num_shards', '-1'], 'num_shards'),
+    (['--index_train_size', '0'], 'index_train_size'),
 ])
 def test_bad_settings_fail_before_running(corpus_dir, tmp_path, flags, message):
     root, _ = corpus_dir

@@ -130,3 +130,26 @@ def test_other_model_dimension_is_a_clear_error(index_dir, tmp_path, embedding_m
         query.Retriever(str(other), model=embedding_model)
     with pytest.raises(ValueError, match='question is empty'):
         retriever.search('')
+
+
+@pytest.mark.parametrize('index_type, search_flags', [
+    ('HNSW8', ['--ef_search', '32']),
+    ('IVF2,Flat', ['--nprobe', '2']),
+])
+def test_other_index_types_answer_like_flat(index_dir, embedding_model, tmp_path, capsys, index_type, search_flags):
+    out = tmp_path / 'index'
+    build_index.run(['--input', str(index_dir.parent / 'corpus'), '--output', str(out), '--filter', 'none',
+                     '--chunk_size', '64', '--num_shards', '2', '--index_type', index_type,
+                     '--index_train_size', '4'])
+    capsys.readouterr()  # the build's summary
+    assert json.loads((out / 'manifest.json').read_text())['config']['index']['index_type'] == index_type
+    query.run(['--index', str(index_dir), '--json', '--k', '3', PASTA_QUESTION], model=embedding_model)
+    flat = json.loads(capsys.readouterr().out)
+    query.run(['--index', str(out), '--json', '--k', '3', *search_flags, PASTA_QUESTION], model=embedding_model)
+    # Five vectors: searching every list / the whole graph is exact.
+    assert json.loads(capsys.readouterr().out) == flat
+
+
+def test_search_flag_of_another_index_type_is_refused(index_dir, embedding_model):
+    with pytest.raises(ValueError, match='--nprobe does not apply'):
+        query.run(['--index', str(index_dir), '--nprobe', '4', PASTA_QUESTION], model=embedding_model)

@@ -67,9 +67,9 @@ def test_split_generations_orders_complete_ones_by_completion_time():
     assert feature_cache.split_generations(files) == (['/s/b', '/s/a'], ['/s/c'])
 
 
-def write_generation(root, spec, generation, entries, complete=True):
-    run = CacheRun(str(root), (spec,), generation, {})
-    write_table(feature_cache.entries_table(spec.feature, entries), run.entries_path(spec))
+def write_generation(root, spec, generation, entries, complete=True, num_shards=2):
+    run = CacheRun(str(root), (spec,), generation, {}, num_shards)
+    run.write_entries(spec.feature, entries)
     if complete:
         run.commit()
     return run
@@ -82,11 +82,30 @@ def test_open_reads_the_newest_complete_generation_and_prune_keeps_only_its_own(
     write_generation(tmp_path, spec, 'g2', [('a', ('ORG:y',))])
     write_generation(tmp_path, spec, 'g3', [('a', ('ORG:z',))], complete=False)  # a killed run
     run = CacheRun.open(str(tmp_path), [spec], 'g4')
-    assert run.read_from['entities'] == f'{spec.directory(str(tmp_path))}/g2/entries.parquet'
+    assert run.read_from['entities'] == f'{spec.directory(str(tmp_path))}/g2'
+    assert feature_cache.read_entries(run.read_from['entities'], 'entities') == {'a': ('ORG:y',)}
     write_generation(tmp_path, spec, 'g4', [('a', ('ORG:w',))])
     run.prune()
     assert feature_cache.generations(spec.directory(str(tmp_path))) == (
         [f'{spec.directory(str(tmp_path))}/g4'], [])
+
+
+def test_generations_are_sharded_by_key_and_older_single_files_still_read(tmp_path):
+    spec = CacheSpec('minhash', {'num_perm': 4})
+    entries = [(f'k{i}', np.arange(i, i + 4, dtype=np.uint64)) for i in range(30)]
+    run = write_generation(tmp_path, spec, 'g1', entries + entries[:5], num_shards=3)
+    generation = tmp_path / 'minhash' / spec.settings_id / 'g1'
+    assert sorted(p.name for p in generation.glob('*.parquet')) == [
+        f'part-0000{i}-of-00003.parquet' for i in range(3)]
+    back = feature_cache.read_entries(str(generation), 'minhash')
+    assert sorted(back) == sorted(k for k, _ in entries)
+    assert all(back[k].tobytes() == v.tobytes() for k, v in entries)
+    # A generation written before entries were sharded: one entries.parquet.
+    legacy = tmp_path / 'legacy'
+    legacy.mkdir()
+    write_table(feature_cache.entries_table('minhash', entries), str(legacy / 'entries.parquet'))
+    assert feature_cache.read_entries(str(legacy), 'minhash').keys() == back.keys()
+    assert run.read_from == {}
 
 
 def test_delete_incomplete_removes_only_killed_generations(tmp_path):

@@ -20,19 +20,16 @@ from transforms.filter_chunks import (
     KEPT,
     ApplyFilterFn,
     DropExactDuplicates,
-    DropGlobally,
+    DropByKey,
     DropIntraDocRedundancy,
-    DropNearDuplicates,
     DropRandomly,
     FilterChunks,
-    RandomFn,
-    band_entries,
+    PerChunkFn,
     drop_exact_group,
     intra_doc_group,
-    resolve_components,
     step_label,
-    verified_edges,
 )
+from transforms.filter_pairs import DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
 from transforms.minhash import MinHashConfig, signatures
 from transforms.types import Chunk, Dropped
 
@@ -92,7 +89,7 @@ def test_lsh_buckets_and_components_match_the_pure_filter():
     edges = [e for item in buckets.items() for e in verified_edges(item, 0.7)]
     got = resolve_components(edges)
     _, dropped = dedup.drop_minhash_groups(chunks, 0.7)
-    assert got == {d.chunk.chunk_id: (d.duplicate_of, d.score) for d in dropped}
+    assert got == sorted((d.chunk.chunk_id, d.duplicate_of) for d in dropped)
     with pytest.raises(ValueError, match='no minhash'):
         list(band_entries(make('x', 0), b, r))
 
@@ -114,7 +111,7 @@ def test_intra_doc_group_reports_salience_lifts():
 
 
 def test_random_fn_tags_dropped_chunks():
-    fn = RandomFn(0, ratio=0.5, seed=3)
+    fn = PerChunkFn(0, dedup.FilterSpec('random', 0.5), dedup.FilterConfig(random_seed=3))
     fn.setup()
     chunks = [make('d', i) for i in range(40)]
     outputs = [o for c in chunks for o in fn.process(c)]
@@ -166,7 +163,7 @@ def test_drop_intra_doc_redundancy_per_document():
     run_filter(chunks, DropIntraDocRedundancy(spec, dedup.FilterConfig()))(*expect((kept, dropped)))
 
 
-GLOBAL_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner', 'ner_exact', 'ner_half')
+SIMILARITY_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'similarity_topics_ner')
 
 
 def pure_global(name, chunks):
@@ -178,24 +175,40 @@ def pure_global(name, chunks):
     return dedup.drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
 
 
-def test_drop_globally_matches_pure_filters():
+@pytest.mark.parametrize('max_posting', [2_000, 1])
+def test_half_entity_overlaps_match_the_pure_filter(max_posting):
+    # max_posting 1 caps every posting: the tiny corpus's edges are all to its first members anyway.
+    chunks = mixed_corpus()
+    kept, dropped = expect(pure_global('ner_half', chunks))
+    assert dropped
+    run_filter(chunks[::-1], DropHalfEntityOverlaps(dedup.FilterConfig(), 0, max_posting))(kept, dropped)
+
+
+def test_grouped_ner_exact_matches_the_pure_filter():
+    chunks = mixed_corpus()
+    kept, dropped = expect(pure_global('ner_exact', chunks))
+    assert dropped
+    run_filter(chunks[::-1], DropByKey(dedup.FilterSpec('ner_exact'), dedup.FilterConfig()))(kept, dropped)
+
+
+@pytest.mark.parametrize('cluster_size', [500, 3])
+def test_similar_pairs_match_the_pure_greedy_filters(cluster_size):
+    # cluster_size 3 makes several clusters of the small corpus: candidates
+    # then come from the 3 nearest clusters only.
     chunks = mixed_corpus()
     with TestPipeline() as p:
         created = p | 'Create' >> beam.Create(chunks[::-1], reshuffle=False)
-        for name in GLOBAL_FILTERS:
+        for name in SIMILARITY_FILTERS:
             kept, dropped = expect(pure_global(name, chunks))
             assert dropped
             label = step_label(0, name)
-            out = created | label >> DropGlobally(dedup.FilterSpec(name))
+            transform = DropSimilarPairs(dedup.FilterSpec(name), dedup.FilterConfig(), 0, 'topics' in name,
+                                         name.endswith('_ner'), cluster_size=cluster_size)
+            out = created | label >> transform
             assert_that(out[KEPT] | f'{label}KeptIds' >> beam.Map(chunk_id_of), equal_to(kept),
                         label=f'{label}CheckKept')
             assert_that(out[DROPPED] | f'{label}Decisions' >> beam.Map(decision_of), equal_to(dropped),
                         label=f'{label}CheckDropped')
-
-
-def test_drop_globally_rejects_other_filters():
-    with pytest.raises(ValueError, match='not a global filter'):
-        DropGlobally(dedup.FilterSpec('exact'))
 
 
 def test_filter_chunks_in_sequence_accounts_for_every_chunk():

@@ -110,6 +110,15 @@ def test_bm25_files_are_deterministic_and_score_lexical_matches(tmp_path):
         retrieval.bm25_files([])
 
 
+def test_bm25_of_batches_equals_bm25_of_all_texts_at_once():
+    texts = ['Cook the pasta in salted water.', 'A satellite in low Earth orbit.', 'The orbit burn.',
+             'Salted water boils later.', '', 'Pasta, orbit, satellite: new words and old.']
+    batched = retrieval.bm25_files_of_batches([texts[:2], [], texts[2:5], texts[5:]])
+    assert batched == retrieval.bm25_files(texts)
+    with pytest.raises(ValueError, match='no texts'):
+        retrieval.bm25_files_of_batches([[], []])
+
+
 @pytest.mark.parametrize('kwargs,message', [
     ({'candidates': 0}, 'candidates'),
     ({'min_relevance': 2.0}, 'min_relevance'),

@@ -15,7 +15,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.transforms.test_dedup import PARAGRAPH, TYPO, make, unit, with_minhash
 from tests.transforms.test_filter_chunks import chunk_id_of, decision_of, decisions, expect, run_filter
 from transforms import dedup
-from transforms.filter_chunks import DropExactDuplicates, DropGlobally, DropNearDuplicates, FilterChunks
+from transforms.filter_chunks import DropExactDuplicates, FilterChunks
+from transforms.filter_pairs import DropNearDuplicates, DropSimilarPairs
 from transforms.scope import UNSCOPED, parse_scope, partition, scope_key
 
 
@@ -84,7 +85,8 @@ def test_beam_filters_with_scope_match_the_pure_ones():
     run_filter(chunks, DropNearDuplicates(0.8, b, r, 0, CONFIG.scope))(
         *expect(dedup.apply_filter(chunks, dedup.FilterSpec('minhash'), CONFIG)))
     spec = dedup.FilterSpec('similarity')
-    run_filter(chunks, DropGlobally(spec, 0, CONFIG.scope))(*expect(dedup.apply_filter(chunks, spec, CONFIG)))
+    run_filter(chunks, DropSimilarPairs(spec, CONFIG, 0))(*expect(dedup.apply_filter(chunks, spec, CONFIG)))
+
 
 
 def test_filter_chunks_with_scope_matches_the_pure_cascade():

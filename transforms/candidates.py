@@ -1,0 +1,196 @@
+"""Candidate pairs for the similarity filters without gathering chunks: clusters, verified edges, greedy.
+
+The study's similarity rule is greedy in keep order: a chunk is dropped when a
+chunk already kept is close enough. Comparing every pair needs the whole
+corpus in one place; here candidates come from a seeded KMeans trained on a
+bounded sample (SemDeDup-style), each chunk is sent to its `probes` nearest
+clusters, and only pairs that share a cluster are compared, by exact cosine.
+The verified edges are few (only chunks with a near-duplicate have any) and
+are resolved together by `greedy_keep_first`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from transforms.dedup import unit_rows
+
+# Chunks a cluster should hold on average: k = n / CLUSTER_SIZE clusters.
+CLUSTER_SIZE = 500
+# Each chunk is compared within its PROBES nearest clusters, so a close pair
+# split by a cluster border is still met.
+PROBES = 3
+# The clustering is trained on at most this many chunks (by a stable hash of
+# chunk_id): 20k x 384 float64 is ~60 MB whatever the corpus size.
+CLUSTER_SAMPLE = 20_000
+# A cluster larger than this (a hot group, e.g. many copies of one text) is
+# split in keep order into blocks of this size; pairs across blocks are not
+# compared and each split is counted.
+MAX_GROUP = 5_000
+# Candidate scores come from float32 products; the margin covers their error
+# before each passing pair is re-scored in float64.
+_MARGIN = 1e-3
+# Cosines of identical vectors can come out as 0.99999994 (as dedup._SIM_EPS).
+_SIM_EPS = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class SimMember:
+    """What a cluster group holds of a chunk: its vector and what the extra conditions need."""
+
+    chunk_id: str
+    keep_key: tuple
+    embedding: np.ndarray
+    topic: Optional[int] = None
+    entities: Optional[frozenset] = None
+
+
+def n_clusters(n_total: int, cluster_size: int = CLUSTER_SIZE) -> int:
+    """Clusters for `n_total` chunks: about `cluster_size` chunks each, at least 1."""
+    return max(1, round(n_total / cluster_size))
+
+
+def train_clusters(sample: np.ndarray, n_total: int, seed: int = 0, cluster_size: int = CLUSTER_SIZE):
+    """Centroids `(k, dim)` of a seeded KMeans on the sample (canonical order); None for one cluster.
+
+    One KMeans init (not the topics' 4): the clusters only propose candidates,
+    and the probes cover a poor border.
+    """
+    from sklearn.cluster import KMeans
+
+    k = min(len(sample), n_clusters(n_total, cluster_size))
+    if k <= 1:
+        return None
+    model = KMeans(n_clusters=k, n_init=1, random_state=seed).fit(unit_rows(sample))
+    return unit_rows(model.cluster_centers_)
+
+
+def nearest_clusters(centroids: Optional[np.ndarray], embeddings: np.ndarray, probes: int = PROBES) -> np.ndarray:
+    """`(n, p)` ids of each embedding's `p` nearest centroids by cosine (ties by id)."""
+    if centroids is None:
+        return np.zeros((len(embeddings), 1), dtype=np.int64)
+    sims = unit_rows(embeddings) @ centroids.T
+    p = min(probes, centroids.shape[0])
+    # A stable sort on -sim keeps the lower id first among equal similarities.
+    return np.argsort(-sims, axis=1, kind='stable')[:, :p].astype(np.int64)
+
+
+def split_group(members: Iterable[SimMember], max_group: int = MAX_GROUP) -> list[list[SimMember]]:
+    """A group in keep order (runner order never matters), in blocks of at most `max_group`."""
+    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
+    return [ordered[i : i + max_group] for i in range(0, len(ordered), max_group)]
+
+
+def verify_block(
+    block: Sequence[SimMember], threshold: float, same_topic: bool = False, shared_entity: bool = False
+) -> list[tuple[str, tuple, str, tuple, float]]:
+    """Every pair of a block with cosine >= threshold (and the extra conditions).
+
+    The extra conditions of `similarity_topics` / `similarity_ner` are checked
+    on the verified edge, so an edge exists exactly when the study's rule
+    would let one chunk drop the other.
+
+    Returns:
+      `(later_id, later_key, earlier_id, earlier_key, cosine)`, later in keep order first.
+    """
+    if len(block) < 2:
+        return []
+    x64 = unit_rows(np.stack([m.embedding for m in block]))
+    x32 = x64.astype(np.float32)
+    rows, cols = np.nonzero(np.triu(x32 @ x32.T >= threshold - _MARGIN, k=1))
+    edges = []
+    for a, b in zip(rows.tolist(), cols.tolist()):
+        early, late = block[a], block[b]
+        score = float(x64[a] @ x64[b])
+        if score < threshold - _SIM_EPS:
+            continue
+        if same_topic and early.topic != late.topic:
+            continue
+        if shared_entity and not (early.entities & late.entities):
+            continue
+        edges.append((late.chunk_id, late.keep_key, early.chunk_id, early.keep_key, score))
+    return edges
+
+
+def greedy_keep_first(edges: Iterable[tuple[str, tuple, str, tuple, float]]) -> dict[str, tuple[str, float]]:
+    """The study's greedy rule over verified edges: `{dropped_id: (keeper_id, score)}`.
+
+    Chunks are visited in keep order; a chunk is dropped in favour of its
+    best (highest score, then earliest) neighbour already kept. A chunk's
+    fate depends only on its neighbours, and theirs on their own, so it
+    depends only on its connected component of the edge graph: resolving
+    each component alone in keep order, or all of them in one pass as here,
+    gives the same decisions. Restricted to a component, the global greedy
+    visits the component's chunks in the same relative keep order and sees
+    the same kept neighbours, so this equals the global greedy result
+    whenever every true edge is among the given ones; chunks without an edge
+    are kept by both. Edges are `(later, later_key, earlier, earlier_key,
+    score)`; only the earlier end can drop the later one, as in the greedy
+    pass, so directed edges (NER Half's overlap) fit too.
+    """
+    keys: dict[str, tuple] = {}
+    earlier: dict[str, list[tuple[str, float]]] = collections.defaultdict(list)
+    for late, late_key, early, early_key, score in edges:
+        keys[late], keys[early] = late_key, early_key
+        earlier[late].append((early, score))
+    order = sorted(keys, key=lambda i: (keys[i], i))
+    rank = {chunk_id: r for r, chunk_id in enumerate(order)}
+    kept: set[str] = set()
+    decisions = {}
+    for chunk_id in order:
+        best = None
+        for other, score in earlier.get(chunk_id, ()):
+            if other in kept and (best is None or (score, -rank[other]) > (best[1], -rank[best[0]])):
+                best = (other, score)
+        if best is None:
+            kept.add(chunk_id)
+        else:
+            decisions[chunk_id] = best
+    return decisions
+
+
+# --- NER Half: candidates from an inverted index on entity names ------------------------
+
+# A posting (the chunks of one entity name) longer than this is hot (`US`,
+# `Python`): each member is then compared only with the posting's first
+# MAX_POSTING members in keep order, O(n) instead of O(n^2), and counted.
+MAX_POSTING = 2_000
+
+
+@dataclasses.dataclass(frozen=True)
+class NerMember:
+    """What a posting holds of a chunk: its id, keep key and entity names."""
+
+    chunk_id: str
+    keep_key: tuple
+    names: frozenset
+
+
+def half_overlap_edges(
+    members: Iterable[NerMember], max_posting: int = MAX_POSTING
+) -> tuple[list[tuple[str, tuple, str, tuple, float]], bool]:
+    """NER Half's verified edges within one posting.
+
+    A later chunk (keep order) may be dropped by an earlier one holding at
+    least half of its names: the edge's score is that share. Members are
+    compared with every earlier member, or with the first `max_posting` only
+    in a hot posting.
+
+    Returns:
+      `(edges, capped)`: edges `(later_id, later_key, earlier_id, earlier_key,
+      share)`, and whether the posting was hot.
+    """
+    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
+    edges = []
+    for y in range(1, len(ordered)):
+        late = ordered[y]
+        for x in range(min(y, max_posting)):
+            early = ordered[x]
+            share = len(late.names & early.names) / len(late.names)
+            if share >= 0.5:
+                edges.append((late.chunk_id, late.keep_key, early.chunk_id, early.keep_key, share))
+    return edges, len(ordered) > max_posting + 1
