@@ -21,13 +21,12 @@ from pipelines import changes, cli, snapshots
 from transforms import dedup, feature_cache, formats, indexes, read, records, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.chunking import CHUNKERS, ChunkerConfig
-from transforms.embedding import EmbedChunks, EmbeddingConfig
+from transforms.embedding import EmbeddingConfig
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
-from transforms.features import ComputeFeatures
 from transforms.filter_chunks import FilterChunks, counter_namespace
 from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
 from transforms import filters, lineage, scope
-from transforms.types import DELTA
+from transforms.types import DELTA, Chunk, Dropped
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -38,6 +37,9 @@ ON_OFF = {'on': True, 'off': False}
 ON_OFF_FLAGS = ('deltas', 'semantic_deltas')
 # Written next to manifest.json: what changed since the previous build.
 DIFF_FILE = 'diff.json'
+# The counter of the values each cached feature computed (spans: every miss).
+COMPUTED_COUNTERS = {
+    'embedding': 'embed.computed', 'minhash': 'features.minhash_chunks', 'entities': 'features.entity_chunks'}
 
 
 class BuildIndexOptions(PipelineOptions):
@@ -330,9 +332,11 @@ def build_pipeline(
         to; per-chunk features are computed only for chunks it misses.
 
     Returns:
-      The PCollections 'documents', 'rejected', 'chunks' (embedded, with
-      features, before filtering), 'kept' (Chunk: the index's rows, kept
-      chunks with `represents` and delta chunks) and 'dropped' (Dropped).
+      The PCollections 'documents', 'rejected', 'chunks' (before filtering,
+      with cached features only: the rest are computed lazily), 'kept'
+      (Chunk: the index's rows, kept chunks, all embedded, with `represents`,
+      and delta chunks) and 'dropped' (Dropped, with the features each chunk
+      had when dropped).
     """
     model = model or SharedModel(config.embedding.model, config.embedding.device)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(
@@ -341,15 +345,15 @@ def build_pipeline(
         model, config.chunker, config.embedding.batch_size, cache)
     if cache:
         chunks = chunks | 'JoinCachedFeatures' >> feature_cache.JoinCachedFeatures(cache)
-    chunks = (
-        chunks
-        | 'EmbedChunks' >> EmbedChunks(model, config.embedding)
-        | 'ComputeFeatures' >> ComputeFeatures(config.filters)
-    )
+    # Features are computed lazily, just before the first filter that needs
+    # each; the kept chunks come out embedded.
+    filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters, model, config.embedding)
+    kept = filtered['kept']
     if cache:
-        _ = chunks | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache)
-    filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters)
-    kept = {'chunks': chunks, 'kept': filtered['kept'], 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
+        _ = ((kept, filtered['dropped'] | 'DroppedChunks' >> beam.Map(dropped_chunk))
+             | 'FilteredChunks' >> beam.Flatten()
+             | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache))
+    kept = {'chunks': chunks, 'kept': kept, 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
         lineage.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
                                 config.filters.semantic_deltas, model, config.embedding))
     _ = {
@@ -360,6 +364,11 @@ def build_pipeline(
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
         'kept': kept, 'dropped': filtered['dropped'],
     }
+
+
+def dropped_chunk(dropped: Dropped) -> Chunk:
+    """The chunk of a dropped row, with the features it had when dropped."""
+    return dropped.chunk
 
 
 def check_model(config: BuildConfig, model) -> tuple[int, int]:
@@ -618,7 +627,8 @@ def summary(manifest: dict, config: BuildConfig, target: Target) -> str:
         f"{counts['rejected']} rejected ({rejected})\n"
         f"  {counts['documents_indexed']} documents -> {counts['chunks_before_filters']} chunks "
         f"-> {counts['chunks']} kept (+{counts['deltas']} deltas), {counts['dropped']} dropped ({dropped}) "
-        f"in {manifest['seconds']['wall']:.1f} s; {counts['chunks_embedded']} chunks embedded\n"
+        f"in {manifest['seconds']['wall']:.1f} s; {counts['chunks_embedded']} chunks embedded, "
+        f"{counts['embeddings_saved']} spared by the filters before the first that needs embeddings\n"
         f"  published to {where} (chunks/, dropped/, rejected/, documents/, index/, bm25/, "
         f"manifest.json, {DIFF_FILE})"
     )
@@ -678,6 +688,9 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
                     'settings_id': s.settings_id,
                     'hits': counters.get(f'cache.{s.feature}_hits', 0),
                     'misses': counters.get(f'cache.{s.feature}_misses', 0),
+                    # Not every miss is computed: a chunk dropped before a
+                    # feature's first use never gets it.
+                    'computed': counters.get(COMPUTED_COUNTERS.get(s.feature, f'cache.{s.feature}_misses'), 0),
                 }
                 for s in cache.specs
             },
@@ -693,8 +706,11 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
             'documents_indexed': counters.get('chunk.documents', 0),
             'rejected': len(rejected),
             'rejected_by_reason': {r: rejected.count(r) for r in sorted(set(rejected))},
-            'chunks_before_filters': counters.get('embed.chunks', 0),
+            'chunks_before_filters': counters.get('chunk.chunks', 0),
             'chunks_embedded': counters.get('embed.computed', 0),
+            # Chunks dropped before the first filter that needs embeddings
+            # (features are computed lazily): a model pass each, saved.
+            'embeddings_saved': counters.get('chunk.chunks', 0) - counters.get('embed.chunks', 0),
             'chunks': len(kept_docs),
             # Rows of chunks/ that are deltas (not counted in 'chunks').
             'deltas': len(chunk_rows) - len(kept_docs),

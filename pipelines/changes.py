@@ -100,7 +100,7 @@ def summary_line(report: dict) -> str:
     docs, chunks, kept = report['documents'], report['chunks'], report['kept']
     cache = report.get('cache') or {}
     computed = ', '.join(
-        f"{feature} {c['misses']} computed / {c['hits']} cached" for feature, c in sorted(cache.items()))
+        f"{feature} {c['computed']} computed / {c['hits']} cached" for feature, c in sorted(cache.items()))
     return (
         f"Changes since {report.get('previous_run') or 'nothing'}: documents "
         f"+{docs['added']['count']} -{docs['removed']['count']} ~{docs['changed']['count']}; "

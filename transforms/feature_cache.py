@@ -395,12 +395,18 @@ class WriteCacheEntries(beam.PTransform):
         )
 
 
-def _entry(chunk: Chunk, feature: str) -> tuple[str, object]:
-    return text_key(chunk.text), chunk_value(feature, chunk)
+def _entries(chunk: Chunk, feature: str) -> Iterator[tuple[str, object]]:
+    value = chunk_value(feature, chunk)
+    if value is not None:
+        yield text_key(chunk.text), value
 
 
 class WriteFeatureCache(beam.PTransform):
-    """PCollection[Chunk] (features computed) -> this run's generation of each per-chunk feature."""
+    """PCollection[Chunk] (kept and dropped) -> this run's generation of each per-chunk feature.
+
+    Features are computed lazily (`features.feature_plan`): a chunk dropped
+    before a feature's first use has none, and writes no entry for it.
+    """
 
     def __init__(self, cache: CacheRun):
         super().__init__()
@@ -411,7 +417,7 @@ class WriteFeatureCache(beam.PTransform):
             name = feature.title()
             _ = (
                 chunks
-                | f'{name}CacheEntries' >> beam.Map(_entry, feature)
+                | f'{name}CacheEntries' >> beam.FlatMap(_entries, feature)
                 | f'Write{name}Cache' >> WriteCacheEntries(self._cache, feature)
             )
         return chunks.pipeline

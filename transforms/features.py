@@ -1,4 +1,4 @@
-"""Per-chunk features for the filters: MinHash signatures, named entities, topics."""
+"""Per-chunk features for the filters (embeddings, MinHash signatures, entities, topics), computed lazily."""
 
 from __future__ import annotations
 
@@ -11,14 +11,50 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms import dedup
+from transforms import dedup, filters
 from transforms.dedup import FilterConfig
+from transforms.embedding import EmbedChunks, EmbeddingConfig
 from transforms.entities import extract_entities, load_ner
 from transforms.minhash import MinHashConfig, signatures
-from transforms.types import Chunk
+from transforms.models import SharedModel
+from transforms.types import FEATURE_FIELDS, FEATURES, Chunk, Dropped
 
 # Texts per batch handed to a feature DoFn; the libraries batch further inside.
 FEATURE_BATCH = 256
+
+EMBEDDING, MINHASH, ENTITIES, TOPICS = FEATURES
+
+
+def feature_plan(config: FilterConfig) -> list[tuple[str, ...]]:
+    """What to compute before each filter, and after the last: each feature just before its first use.
+
+    A chunk a filter drops is never given the features only later filters
+    use, so cheap lexical filters placed first (`exact`, `minhash`) save the
+    model their drops. The index needs every kept chunk embedded, so the
+    entry after the last filter embeds them when no filter did.
+
+    Returns:
+      One tuple per filter, in run order (its `FilterDef.needs` not computed
+      before it), then one for the kept chunks; each in `FEATURES` order
+      (topics cluster the embeddings).
+    """
+    done: set[str] = set()
+    plan = []
+    for needs in [filters.get(name).needs for name in config.names] + [frozenset({EMBEDDING})]:
+        new = tuple(f for f in FEATURES if f in needs and f not in done)
+        done.update(new)
+        plan.append(new)
+    return plan
+
+
+def dropped_with_features(dropped: Dropped, given: Sequence[str]) -> Dropped:
+    """The dropped chunk with only the features in `given`: those a cold build had computed.
+
+    A chunk may carry more, read from the feature cache; without them its
+    dropped/ row (and the cache's next generation) is the same in every run.
+    """
+    fields = {FEATURE_FIELDS[f]: None for f in FEATURES if f not in given}
+    return dataclasses.replace(dropped, chunk=dataclasses.replace(dropped.chunk, **fields))
 
 
 class SharedNer:
@@ -204,24 +240,39 @@ class AssignTopics(beam.PTransform):
 
 
 class ComputeFeatures(beam.PTransform):
-    """PCollection[Chunk] -> PCollection[Chunk] with the features the filters need.
+    """PCollection[Chunk] -> PCollection[Chunk] with the given features set.
 
-    Only what a selected filter uses is computed: `minhash` for `minhash`,
-    `entities` for the `*ner*` filters, `topic` for the `*_topics` ones.
+    Features a chunk already carries (from the feature cache) are kept, not
+    computed again. `features` come from `feature_plan`: the build computes
+    each one just before the first filter that needs it.
     """
 
-    def __init__(self, config: FilterConfig):
+    def __init__(
+        self, config: FilterConfig, features: Sequence[str],
+        model: Optional[SharedModel] = None, embedding: Optional[EmbeddingConfig] = None,
+    ):
         super().__init__()
+        unknown = set(features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f'unknown features {sorted(unknown)}; expected some of {FEATURES}')
+        if EMBEDDING in features and (model is None or embedding is None):
+            raise ValueError('computing embeddings needs the model and the embedding settings')
         self._config = config
+        self._features = tuple(features)
+        self._model = model
+        self._embedding = embedding
 
     def expand(self, chunks):
         config = self._config
-        if config.needs_minhash:
-            threshold = next(s.threshold for s in config.specs if s.name == 'minhash')
-            chunks = chunks | 'ComputeMinhash' >> ComputeMinhash(config.minhash_config(threshold))
-        if config.needs_entities:
-            chunks = chunks | 'ExtractEntities' >> ExtractEntities(
-                SharedNer(config.spacy_model), config.entity_labels, config.entity_batch_size)
-        if config.needs_topics:
-            chunks = chunks | 'AssignTopics' >> AssignTopics(config.n_topics, config.topic_seed)
+        for feature in self._features:
+            if feature == EMBEDDING:
+                chunks = chunks | 'EmbedChunks' >> EmbedChunks(self._model, self._embedding)
+            elif feature == MINHASH:
+                threshold = next(s.threshold for s in config.specs if s.name == 'minhash')
+                chunks = chunks | 'ComputeMinhash' >> ComputeMinhash(config.minhash_config(threshold))
+            elif feature == ENTITIES:
+                chunks = chunks | 'ExtractEntities' >> ExtractEntities(
+                    SharedNer(config.spacy_model), config.entity_labels, config.entity_batch_size)
+            else:
+                chunks = chunks | 'AssignTopics' >> AssignTopics(config.n_topics, config.topic_seed)
         return chunks

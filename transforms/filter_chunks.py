@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -13,6 +13,9 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms import dedup, filters
+from transforms.embedding import EmbeddingConfig
+from transforms.features import ComputeFeatures, dropped_with_features, feature_plan
+from transforms.models import SharedModel
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 
@@ -294,23 +297,50 @@ def filter_transform(index: int, spec: dedup.FilterSpec, config: dedup.FilterCon
 
 
 class FilterChunks(beam.PTransform):
-    """Applies the configured filters in order.
+    """Applies the configured filters in order, computing features lazily when given the model.
 
-    PCollection[Chunk] (with the features the filters need) ->
-    {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}; every
-    input chunk is in exactly one of the two.
+    PCollection[Chunk] -> {'kept': PCollection[Chunk], 'dropped':
+    PCollection[Dropped]}; every input chunk is in exactly one of the two.
+
+    With `model` and `embedding`, each feature is computed just before the
+    first filter that needs it, on the chunks the filters before it kept
+    (`features.feature_plan`), and the kept chunks are embedded at the end if
+    no filter did it. A dropped chunk carries exactly the features the plan
+    had given it by then, whatever the feature cache held: its dropped/ row
+    says so, and a rebuild writes the same bytes as a fresh build. Without a
+    model the chunks must carry the features the filters need.
     """
 
-    def __init__(self, config: dedup.FilterConfig):
+    def __init__(self, config: dedup.FilterConfig, model: Optional[SharedModel] = None,
+                 embedding: Optional[EmbeddingConfig] = None):
         super().__init__()
         self._config = config
+        self._model = model
+        self._embedding = embedding
+        self._plan = feature_plan(config) if model is not None else None
+
+    def _features(self, chunks, label: str, needed: Sequence[str]):
+        if not needed:
+            return chunks
+        return chunks | label >> ComputeFeatures(self._config, needed, self._model, self._embedding)
 
     def expand(self, chunks):
         dropped = []
+        given: tuple[str, ...] = ()
         for index, spec in enumerate(self._config.specs):
-            outputs = chunks | step_label(index, spec.name) >> filter_transform(index, spec, self._config)
+            label = step_label(index, spec.name)
+            if self._plan is not None:
+                chunks = self._features(chunks, f'{label}Features', self._plan[index])
+                given += self._plan[index]
+            outputs = chunks | label >> filter_transform(index, spec, self._config)
             chunks = outputs[KEPT]
-            dropped.append(outputs[DROPPED])
+            if self._plan is not None:
+                dropped.append(outputs[DROPPED] | f'{label}DroppedFeatures' >> beam.Map(
+                    dropped_with_features, given))
+            else:
+                dropped.append(outputs[DROPPED])
+        if self._plan is not None:
+            chunks = self._features(chunks, 'EmbedKept', self._plan[-1])
         if not dropped:
             dropped.append(chunks.pipeline | 'NoFilters' >> beam.Create([]))
         return {KEPT: chunks, DROPPED: tuple(dropped) | 'FlattenDropped' >> beam.Flatten()}

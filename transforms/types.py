@@ -68,6 +68,12 @@ class Rejected:
     detail: str = ''
 
 
+# Per-chunk features, in the order they are computed when one filter needs
+# several (topics cluster the embeddings), and the Chunk field of each.
+FEATURES = ('embedding', 'minhash', 'entities', 'topics')
+FEATURE_FIELDS = {'embedding': 'embedding', 'minhash': 'minhash', 'entities': 'entities', 'topics': 'topic'}
+
+
 @dataclasses.dataclass(frozen=True)
 class Chunk:
     """A span of a document, with the features computed for it so far.
@@ -118,6 +124,10 @@ class Chunk:
     def sort_key(self) -> tuple[str, int, str]:
         """Canonical output order: by document, then position (a delta after its chunk's position)."""
         return (self.doc_id, self.chunk_index, self.chunk_id)
+
+    def features(self) -> list[str]:
+        """The names of the features the chunk carries, in `FEATURES` order."""
+        return [f for f in FEATURES if getattr(self, FEATURE_FIELDS[f]) is not None]
 
 
 @dataclasses.dataclass(frozen=True)

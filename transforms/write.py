@@ -82,6 +82,9 @@ DROPPED_SCHEMA = pa.schema(
         ('reason', pa.string()),
         ('duplicate_of', pa.string()),
         ('score', pa.float32()),
+        # The features the chunk had been given when dropped (`Chunk.features`):
+        # features are computed lazily, so one dropped by an early filter has fewer.
+        ('features', pa.list_(pa.string())),
     ]
 )
 IDS_SCHEMA = pa.schema([('chunk_id', pa.string())])
@@ -228,7 +231,7 @@ def dropped_row(dropped: Dropped) -> dict:
     c = dropped.chunk
     return {'chunk_id': c.chunk_id, 'doc_id': c.doc_id, 'text': c.text, 'char_start': c.char_start,
             'char_end': c.char_end, 'reason': dropped.reason, 'duplicate_of': dropped.duplicate_of,
-            'score': dropped.score}
+            'score': dropped.score, 'features': c.features()}
 
 
 def rejected_row(rejected: Rejected) -> dict:

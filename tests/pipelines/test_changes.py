@@ -46,7 +46,8 @@ def test_first_build_reports_everything_added_and_lists_are_capped():
 def test_summary_line():
     report = changes.diff_states(BuildState({'a': 'x'}, {('a#0', 't'): True}), BuildState({'a': 'y'}, {('a#0', 'u'): True}))
     report['previous_run'] = 'r1'
-    report['cache'] = {'embedding': {'hits': 5, 'misses': 1, 'settings_id': 's'}}
+    # Misses a filter dropped before their first use are never computed.
+    report['cache'] = {'embedding': {'hits': 5, 'misses': 3, 'computed': 1, 'settings_id': 's'}}
     assert changes.summary_line(report) == (
         'Changes since r1: documents +0 -0 ~1; chunks +1 -1; kept 1 → 1 (0 newly dropped, 0 newly kept); '
         'embedding 1 computed / 5 cached')

@@ -122,6 +122,33 @@ def test_cascade_drops_each_kind_of_redundancy(cascade):
     assert manifest['config']['filters']['specs'][1] == {'name': 'minhash', 'threshold': 0.8}
 
 
+def test_cascade_embeds_only_what_exact_and_minhash_keep(cascade):
+    out, manifest = cascade
+    chunks, dropped = check_accounting(out, manifest)
+    counts, filters = manifest['counts'], manifest['filters']
+    # intra_doc is the first filter that needs embeddings: only its input is embedded.
+    assert counts['chunks_embedded'] == filters[2]['before'] == 6
+    assert counts['embeddings_saved'] == 2 == filters[0]['dropped'] + filters[1]['dropped']
+    assert {d['chunk_id']: d['features'] for d in dropped} == {
+        'copy.md#1': [], 'typo.md#1': ['minhash'], 'kitchen.md#1': ['embedding', 'minhash']}
+    assert all(len(c['embedding']) == 384 for c in chunks)  # the index needs every kept chunk
+
+
+def test_feature_cache_holds_what_was_computed(redundant_corpus, tmp_path):
+    cache = str(tmp_path / 'cache')
+    first = build(redundant_corpus, tmp_path / 'first', '--cache', cache)
+    assert first['cache']['features']['embedding'] == {
+        'settings_id': first['cache']['features']['embedding']['settings_id'],
+        'hits': 0, 'misses': 8, 'computed': 6}
+    second = build(redundant_corpus, tmp_path / 'second', '--cache', cache)
+    embedding = second['cache']['features']['embedding']
+    # typo.md#1 (dropped by minhash) was never embedded; copy.md#1 shares arsenal.md#0's text.
+    assert (embedding['hits'], embedding['misses'], embedding['computed']) == (7, 1, 0)
+    assert second['counts']['chunks_embedded'] == 0
+    for part in ['chunks/part-00000-of-00001.parquet', 'index/index.faiss']:
+        assert (tmp_path / 'first' / part).read_bytes() == (tmp_path / 'second' / part).read_bytes()
+
+
 def test_cascade_is_byte_identical_across_runner_modes(cascade, redundant_corpus, tmp_path):
     first, _ = cascade
     second = tmp_path / 'second'

@@ -61,19 +61,24 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
     assert set(features) == {'embedding', 'minhash', 'entities'}
     for use in features.values():
         assert use['hits'] + use['misses'] == total
-        assert 0 < use['misses'] <= 3  # the added document and the edited end of orbits.md
-    assert second['counts']['chunks_embedded'] == features['embedding']['misses']
+        # Computed: the added document and the edited end of orbits.md. Misses
+        # also count chunks dropped before a feature's first use: never computed.
+        assert 0 < use['computed'] <= 3 and use['computed'] <= use['misses']
+    assert second['counts']['chunks_embedded'] == features['embedding']['computed']
 
     report = json.loads((root / 'runs' / 'r2' / build_index.DIFF_FILE).read_text())
     assert report['previous_run'] == 'r1' and report['run_id'] == 'r2'
     assert report['documents']['added']['ids'] == ['added.txt']
     assert report['documents']['changed']['ids'] == ['sub/orbits.md']
     assert report['documents']['removed']['count'] == 0
-    assert report['chunks']['added']['count'] == features['embedding']['misses']
+    assert report['chunks']['added']['count'] == features['embedding']['computed']
     assert report['cache'] == second['cache']['features']
 
     fresh = build(corpus, tmp_path / 'fresh', '--cache', feature_cache.NO_CACHE)
-    assert fresh['cache'] is None and fresh['counts']['chunks_embedded'] == total
+    # No filter of FLAGS needs embeddings: only the kept chunks are embedded, at the end.
+    counts = fresh['counts']
+    assert fresh['cache'] is None and counts['chunks_embedded'] == counts['chunks'] < total
+    assert counts['embeddings_saved'] == total - counts['chunks'] == counts['dropped']
     assert data_files(root / 'runs' / 'r2') == data_files(tmp_path / 'fresh')
 
     retriever = query.Retriever(str(root))

@@ -245,11 +245,13 @@ def features_of(chunk: Chunk) -> tuple:
     return chunk.chunk_id, chunk.entities, chunk.topic, chunk.minhash is not None
 
 
-def test_compute_features_only_what_the_filters_need():
+def test_compute_features_only_those_asked_for():
     chunks = [make('d', 0, PARAGRAPH, embedding=unit(1, 0)), make('d', 1, OTHER, embedding=unit(0, 1))]
     config = dedup.FilterConfig(specs=(dedup.FilterSpec('similarity_topics_ner'),), n_topics=2)
     with TestPipeline() as p:
-        out = p | beam.Create(chunks) | ComputeFeatures(config) | 'Features' >> beam.Map(features_of)
+        # The chunks carry their embedding already (as from the feature cache).
+        out = (p | beam.Create(chunks) | ComputeFeatures(config, ('entities', 'topics'))
+               | 'Features' >> beam.Map(features_of))
         topic_ids = [int(t) for t in dedup.topics(np.stack([c.embedding for c in chunks]), 2)]
         assert_that(out, equal_to([
             ('d#0', ('FAC:macarthur park', 'FAC:the tower building of', 'GPE:arkansas', 'GPE:little rock',

@@ -15,8 +15,10 @@ import importlib
 import pkgutil
 from typing import Callable, Optional
 
-# Per-chunk features a filter may need computed before it runs.
-FEATURES = ('minhash', 'entities', 'topics')
+# Per-chunk features a filter may need computed before it runs are
+# `types.FEATURES`; the build computes each just before the first filter
+# that needs it (`features.feature_plan`).
+from transforms.types import FEATURES
 
 # Beam strategies (see `filter_chunks.filter_transform`).
 PER_CHUNK = 'per_chunk'  # the decision for a chunk depends on that chunk only
@@ -61,6 +63,8 @@ class FilterDef:
     def __post_init__(self):
         if not set(self.needs) <= set(FEATURES):
             raise ValueError(f'{self.name}: unknown features {sorted(set(self.needs) - set(FEATURES))}')
+        if 'topics' in self.needs and 'embedding' not in self.needs:
+            raise ValueError(f'{self.name}: topics cluster the embeddings, so it needs embedding too')
         if self.strategy not in STRATEGIES:
             raise ValueError(f'{self.name}: strategy must be one of {STRATEGIES}, got {self.strategy!r}')
         if (self.strategy == GROUPED) != (self.group_key is not None):

@@ -38,5 +38,5 @@ FILTER = FilterDef(
     removes='within each document: salience < 0.05, or cosine ≥ 0.90 to a more salient kept chunk; '
             'near-duplicates (different hash) raise the kept chunk\'s salience by 0.15·log2(1+n) '
             '(`--intra_doc_boost_mode linear`: 0.15·n), capped at 1.0',
-    default=0.90, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=doc_id_of,
+    default=0.90, needs=frozenset({'embedding'}), strategy=GROUPED, decide=decide, group_key=doc_id_of,
     beam_transform=transform)

@@ -24,7 +24,8 @@ def transform(index, spec, config, same_topic=False, shared_entity=False):
 def similarity_filter(name: str, label: str, position: int, removes: str,
                       same_topic: bool, shared_entity: bool) -> FilterDef:
     """A member of the similarity family: the same decision and Beam stage, with its conditions."""
-    needs = frozenset({'topics'} if same_topic else set()) | frozenset({'entities'} if shared_entity else set())
+    needs = (frozenset({'embedding'}) | frozenset({'topics'} if same_topic else set())
+             | frozenset({'entities'} if shared_entity else set()))
     return FilterDef(
         name=name, label=label, position=position, removes=removes, default=0.8, needs=needs,
         strategy=PAIRS,
