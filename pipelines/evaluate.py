@@ -1,12 +1,15 @@
 """Evaluation job: the chunk-filtering study's grid (chunkers x filters) scored on a QA dataset.
 
-This job runs in one process and calls the pure functions of `transforms/`
-directly; it is not a Beam pipeline. The grid chunks, embeds and computes the
-filter features (entities, MinHash, topics) once per chunker and then scores
-17 filters that only *select subsets* of those chunks: as a Beam pipeline
-each subset would re-run or re-materialize the whole chain, while in process
-a filter costs one pass of its `dedup` function and one exact FAISS search.
-The build job (`build_index.py`) is where the same functions run at scale.
+This job runs in one process and calls the build's own stage functions
+directly (`eval_features`: `document_spans`, `embed_texts`,
+`extract_entities`, `features.with_minhash`/`with_topics`, and
+`dedup.apply_filter`); it is not a Beam pipeline. The grid chunks, embeds and
+computes the filter features once per chunker and then scores 17 filters
+that only *select subsets* of those chunks: as a Beam pipeline each subset
+would re-run or re-materialize the whole chain, while in process a filter
+costs one pass of its `dedup` function and one exact FAISS search. The build
+job (`build_index.py`) is where the same functions run at scale. Grid
+parsing is `eval_grid`, scoring `transforms.metrics`, reporting `eval_report`.
 
 Protocol (study Section 3.6): one index holds the chunks of every document
 of the dataset; each question retrieves the exact top-k (cosine) among the
