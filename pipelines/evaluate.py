@@ -142,26 +142,6 @@ def apply_filters(
     return kept
 
 
-def token_tables(chunks, documents, questions, lemmas, variants):
-    """Per variant: chunk token sets, each question's `T_e`, the TokenMatrix and each question's incidence."""
-    texts = {d.doc_id: d.text for d in documents}
-    doc_of = [c.doc_id for c in chunks]
-    out = {}
-    for variant in variants:
-        if variant == metrics.RAW:
-            sets = [metrics.raw_tokens(c.text) for c in chunks]
-            expected = [
-                frozenset().union(*(metrics.raw_tokens(texts[q.doc_id][s:e]) for s, e in q.references))
-                for q in questions]
-        else:
-            sets = [lemmas[c.doc_id].tokens(c.char_start, c.char_end) for c in chunks]
-            expected = [lemmas[q.doc_id].spans_tokens(q.references) for q in questions]
-        matrix = metrics.TokenMatrix(sets, doc_of)
-        incidences = [matrix.incidence(q.doc_id, e) for q, e in zip(questions, expected)]
-        out[variant] = (sets, expected, matrix, incidences)
-    return out
-
-
 def retrieve(config: 'EvaluateConfig', chunks, kept_chunks, kept, vectors, questions, query_vectors):
     """The top-k rows of `chunks` for each question among the kept ones (dense or hybrid)."""
     if config.retrieval == HYBRID:
@@ -198,11 +178,11 @@ def evaluate_chunker(
     timings['features'] = time.perf_counter() - started
 
     started = time.perf_counter()
-    tables = token_tables(chunks, documents, questions, lemmas, config.variants)
+    texts = {d.doc_id: d.text for d in documents}
+    tables = {v: metrics.VariantTokens.of(v, chunks, questions, texts, lemmas) for v in config.variants}
     timings['tokens'] = time.perf_counter() - started
 
     rows = []
-    doc_of = [c.doc_id for c in chunks]
     filter_seconds = evaluate_seconds = 0.0
     for grid in config.filters:
         started = time.perf_counter()
@@ -216,13 +196,7 @@ def evaluate_chunker(
             q.references, q.doc_id, [(chunks[r].doc_id, chunks[r].char_start, chunks[r].char_end) for r in hits])
             for q, hits in zip(questions, retrieved)]
         for variant in config.variants:
-            sets, expected, matrix, incidences = tables[variant]
-            token, oracle = [], []
-            for i, (q, hits) in enumerate(zip(questions, retrieved)):
-                own = frozenset().union(*(sets[r] for r in hits if doc_of[r] == q.doc_id))
-                foreign = frozenset().union(*(sets[r] for r in hits if doc_of[r] != q.doc_id))
-                token.append(metrics.token_scores(expected[i], own, foreign))
-                oracle.append(matrix.oracle(q.doc_id, expected[i], incidences[i], kept, config.k))
+            token, oracle = tables[variant].scores(questions, retrieved, kept, config.k)
             rows.append({
                 'dataset': config.dataset,
                 'chunker': chunker_label(chunker),

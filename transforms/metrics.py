@@ -250,6 +250,64 @@ class TokenMatrix:
         return greedy_oracle(expected, (), k, incidence=incidence[kept[self.rows[doc_id]]])[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class VariantTokens:
+    """One token variant of a chunker's chunks and of the questions, ready to score.
+
+    Attributes:
+      sets: Each chunk's token set, in chunk order.
+      doc_of: Each chunk's document.
+      expected: Each question's `T_e`.
+      matrix: The chunks' `TokenMatrix`.
+      incidences: Each question's `matrix.incidence`, over its document's chunks.
+    """
+
+    sets: list
+    doc_of: list
+    expected: list
+    matrix: TokenMatrix
+    incidences: list
+
+    @classmethod
+    def of(cls, variant: str, chunks: Sequence, questions: Sequence, texts: dict,
+           lemmas: dict) -> 'VariantTokens':
+        """Tokenizes chunks (`.text`, `.doc_id`, char range) and questions (`.doc_id`, `.references`).
+
+        Args:
+          variant: `raw` or `preprocessed`.
+          chunks: The chunks, in the order retrieval rows refer to.
+          questions: The questions.
+          texts: Document text by doc_id (`raw` references).
+          lemmas: `LemmaTable` by doc_id (`preprocessed`).
+        """
+        if variant == RAW:
+            sets = [raw_tokens(c.text) for c in chunks]
+            expected = [frozenset().union(*(raw_tokens(texts[q.doc_id][s:e]) for s, e in q.references))
+                        for q in questions]
+        else:
+            sets = [lemmas[c.doc_id].tokens(c.char_start, c.char_end) for c in chunks]
+            expected = [lemmas[q.doc_id].spans_tokens(q.references) for q in questions]
+        doc_of = [c.doc_id for c in chunks]
+        matrix = TokenMatrix(sets, doc_of)
+        incidences = [matrix.incidence(q.doc_id, e) for q, e in zip(questions, expected)]
+        return cls(sets, doc_of, expected, matrix, incidences)
+
+    def scores(self, questions: Sequence, retrieved: Sequence[Sequence[int]], kept: np.ndarray,
+               k: int) -> tuple[list[Scores], list[float]]:
+        """Per question: token `Scores` of its retrieved rows and the oracle over the kept chunks.
+
+        Only retrieved chunks of the question's own document can hit `T_e`;
+        the others count as retrieved tokens (see `token_scores`).
+        """
+        token, oracle = [], []
+        for i, (q, hits) in enumerate(zip(questions, retrieved)):
+            own = frozenset().union(*(self.sets[r] for r in hits if self.doc_of[r] == q.doc_id))
+            foreign = frozenset().union(*(self.sets[r] for r in hits if self.doc_of[r] != q.doc_id))
+            token.append(token_scores(self.expected[i], own, foreign))
+            oracle.append(self.matrix.oracle(q.doc_id, self.expected[i], self.incidences[i], kept, k))
+        return token, oracle
+
+
 def retrieved_char_scores(
     references: Sequence[Span], doc_id: str, retrieved: Sequence[tuple[str, int, int]]
 ) -> Scores:
