@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from transforms import feature_cache
@@ -20,6 +21,41 @@ from transforms.types import Chunk, Document, make_chunk_id
 def document_chunks(document: Document, spans, tokens: TokenIndex) -> list[Chunk]:
     """Builds the chunks of a document from its spans, in order."""
     return chunks_of_spans(document, [(start, end, tokens.count(start, end)) for start, end in spans])
+
+
+def document_spans(
+    document: Document,
+    config: ChunkerConfig,
+    model,
+    batch_size: int = 64,
+    tokens: Optional[TokenIndex] = None,
+    embed: Optional[Callable[[list[str]], np.ndarray]] = None,
+) -> list[tuple[int, int, int]]:
+    """`(char_start, char_end, n_tokens)` of each chunk of a document: the chunking stage.
+
+    The build's DoFn and the evaluation both chunk through this function.
+
+    Args:
+      document: The document.
+      config: The chunker.
+      model: A loaded sentence-transformers model: its tokenizer counts the
+        tokens, and the semantic chunkers embed pieces with it.
+      batch_size: Texts per forward pass (semantic chunkers).
+      tokens: The document's token index, when the caller already has it
+        (the evaluation reuses it across chunkers); computed otherwise.
+      embed: For the semantic chunkers, embeds texts as `embed_texts` does
+        (e.g. through a cache); see `semantic_spans`.
+    """
+    if tokens is None:
+        tokens = TokenIndex(token_offsets(model.tokenizer, document.text))
+    if config.is_semantic:
+        own = {k: v for k, v in (('piece_size', config.param('piece')), ('window', config.param('window')))
+               if v is not None}
+        spans = semantic_spans(
+            config.name, document.text, tokens, model, config.chunk_size, batch_size, embed=embed, **own)
+    else:
+        spans = chunk_spans(document.text, tokens, config)
+    return [(start, end, tokens.count(start, end)) for start, end in spans]
 
 
 def chunks_of_spans(document: Document, spans: Sequence[tuple[int, int, int]]) -> list[Chunk]:
@@ -62,16 +98,8 @@ class _ChunkDocumentFn(beam.DoFn):
 
     def spans_of(self, document: Document) -> list[tuple[int, int, int]]:
         """`(char_start, char_end, n_tokens)` of each chunk of the document."""
-        tokens = TokenIndex(token_offsets(self._model.tokenizer, document.text))
-        if self._config.is_semantic:
-            # Same model instance as EmbedChunks (shared per process), not a copy.
-            spans = semantic_spans(
-                self._config.name, document.text, tokens, self._model,
-                self._config.chunk_size, self._batch_size,
-            )
-        else:
-            spans = chunk_spans(document.text, tokens, self._config)
-        return [(start, end, tokens.count(start, end)) for start, end in spans]
+        # Same model instance as EmbedChunks (shared per process), not a copy.
+        return document_spans(document, self._config, self._model, self._batch_size)
 
     def chunks(self, document: Document, spans) -> list[Chunk]:
         chunks = chunks_of_spans(document, spans)

@@ -230,11 +230,15 @@ class ChunkerConfig:
         target average for `semantic_breakpoint`.
       chunk_overlap: Tokens shared with the previous chunk (default 0); must be
         0 for the semantic chunkers, whose chunks never overlap.
+      params: The chunker's own integer parameters as sorted `(key, value)`
+        pairs, among `CHUNKER_PARAMS[name]` (e.g. `(('window', 3),)` for
+        `semantic_breakpoint`); empty for the defaults.
     """
 
     name: str = RECURSIVE
     chunk_size: int = 400
     chunk_overlap: int = 0
+    params: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         if self.name not in CHUNKERS:
@@ -242,6 +246,21 @@ class ChunkerConfig:
         _check_sizes(self.chunk_size, self.chunk_overlap)
         if self.is_semantic and self.chunk_overlap:
             raise ValueError(f'chunk_overlap must be 0 for the {self.name} chunker')
+        allowed = CHUNKER_PARAMS.get(self.name, ())
+        keys = [k for k, _ in self.params]
+        unknown = sorted(set(keys) - set(allowed))
+        if unknown:
+            raise ValueError(f'unknown parameters {unknown} for the {self.name} chunker; '
+                             f'it takes {list(allowed) or "none"}')
+        if keys != sorted(set(keys)):
+            raise ValueError(f'chunker parameters must be sorted and unique, got {keys}')
+        bad = [f'{k}={v}' for k, v in self.params if not isinstance(v, int) or v <= 0]
+        if bad:
+            raise ValueError(f'chunker parameters must be positive integers, got {bad}')
+
+    def param(self, key: str):
+        """The value of one of the chunker's own parameters; None for its default."""
+        return dict(self.params).get(key)
 
     @property
     def is_semantic(self) -> bool:
@@ -252,6 +271,13 @@ class ChunkerConfig:
 Splitter = Callable[[str, TokenIndex, int, int], list[Span]]
 SPLITTERS: dict[str, Splitter] = {FIXED: split_fixed, RECURSIVE: split_recursive}
 CHUNKERS = (FIXED, RECURSIVE) + SEMANTIC_CHUNKERS
+# Each chunker's own parameters (see ChunkerConfig.params), with what they mean:
+# `piece`: tokens per piece the semantic chunkers group (semantic_chunking.PIECE_SIZE);
+# `window`: neighbours on each side of a piece in a breakpoint window (WINDOW_BUFFER).
+CHUNKER_PARAMS = {
+    CLUSTER_SEMANTIC: ('piece',),
+    SEMANTIC_BREAKPOINT: ('piece', 'window'),
+}
 
 
 def chunk_spans(text: str, tokens: TokenIndex, config: ChunkerConfig) -> list[Span]:

@@ -145,7 +145,8 @@ def spans_settings(chunker, embedding: Mapping) -> dict:
         tokens, and semantic chunkers embed with it.
     """
     return {
-        'chunker': dataclasses.asdict(chunker),
+        # Default parameters leave the key out, so caches written before they existed stay valid.
+        'chunker': {k: v for k, v in dataclasses.asdict(chunker).items() if k != 'params' or v},
         'scheme': 'token-spans-v2',  # v2: spans capped at chunking.max_chunk_chars
         'embedding': dict(embedding),
     }

@@ -13,9 +13,10 @@ only touched by `load_lemmatizer` and `lemma_tables`.
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import re
-from typing import AbstractSet, Iterable, Sequence
+from typing import AbstractSet, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -173,7 +174,8 @@ def greedy_cover(incidence: np.ndarray, k: int) -> tuple[list[int], int]:
 
 
 def greedy_oracle(
-    expected: AbstractSet, candidates: Sequence[AbstractSet], k: int
+    expected: AbstractSet, candidates: Sequence[AbstractSet], k: int,
+    incidence: Optional[np.ndarray] = None,
 ) -> tuple[list[int], float]:
     """The study's oracle: up to `k` candidates greedily maximizing coverage of `T_e`.
 
@@ -182,15 +184,144 @@ def greedy_oracle(
       candidates: Token sets of the chunks the oracle may pick (the question's
         document, in the filtered index).
       k: Chunks to pick at most.
+      incidence: The `(candidates, tokens of T_e)` boolean matrix, when the
+        caller has it (the evaluation slices one per document from a
+        `TokenMatrix`); columns of tokens no candidate holds may be left out,
+        they change no gain. `candidates` is then unused.
 
     Returns:
       `(indices into candidates, |covered & T_e| / |T_e|)`; coverage 0 for an
       empty `T_e`.
     """
-    tokens = sorted(expected)
-    incidence = np.array([[t in c for t in tokens] for c in candidates], dtype=bool)
-    chosen, covered = greedy_cover(incidence.reshape(len(candidates), len(tokens)), k)
-    return chosen, _ratio(covered, len(tokens))
+    if incidence is None:
+        tokens = sorted(expected)
+        incidence = np.array([[t in c for t in tokens] for c in candidates], dtype=bool)
+        incidence = incidence.reshape(len(candidates), len(tokens))
+    chosen, covered = greedy_cover(incidence, k)
+    return chosen, _ratio(covered, len(expected))
+
+
+class TokenMatrix:
+    """Chunk token sets of one variant as per-document sparse incidence matrices.
+
+    The oracle needs, for each question and filter, which kept chunks of the
+    question's document hold which expected tokens; slicing one matrix per
+    document is what makes 17 filters x 472 questions affordable.
+    """
+
+    def __init__(self, token_sets: Sequence[frozenset], doc_ids: Sequence[str]):
+        from scipy import sparse
+
+        self.vocab: dict[str, int] = {}
+        indices: list[int] = []
+        indptr = [0]
+        for tokens in token_sets:
+            indices.extend(sorted(self.vocab.setdefault(t, len(self.vocab)) for t in tokens))
+            indptr.append(len(indices))
+        matrix = sparse.csr_matrix(
+            (np.ones(len(indices), dtype=bool), indices, indptr),
+            shape=(len(token_sets), max(1, len(self.vocab))))
+        rows: dict[str, list[int]] = collections.defaultdict(list)
+        for i, doc_id in enumerate(doc_ids):
+            rows[doc_id].append(i)
+        self.rows = {d: np.array(r) for d, r in rows.items()}
+        self._by_doc = {d: matrix[r].tocsc() for d, r in self.rows.items()}
+
+    def incidence(self, doc_id: str, expected: AbstractSet) -> np.ndarray:
+        """`(chunks of doc_id, tokens of expected found in any chunk)` boolean matrix."""
+        columns = sorted(self.vocab[t] for t in expected if t in self.vocab)
+        if doc_id not in self._by_doc:
+            return np.zeros((0, len(columns)), dtype=bool)
+        return self._by_doc[doc_id][:, columns].toarray().astype(bool)
+
+    def oracle(self, doc_id: str, expected: AbstractSet, incidence: np.ndarray,
+               kept: np.ndarray, k: int) -> float:
+        """`greedy_oracle` coverage over the chunks of `doc_id` that `kept` (one bool per row) keeps.
+
+        Args:
+          doc_id: The question's document.
+          expected: `T_e`.
+          incidence: `self.incidence(doc_id, expected)`, computed once per question.
+          kept: Per row of the matrix, whether the filter kept the chunk.
+          k: Chunks the oracle picks at most.
+        """
+        if doc_id not in self.rows:
+            return 0.0
+        return greedy_oracle(expected, (), k, incidence=incidence[kept[self.rows[doc_id]]])[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantTokens:
+    """One token variant of a chunker's chunks and of the questions, ready to score.
+
+    Attributes:
+      sets: Each chunk's token set, in chunk order.
+      doc_of: Each chunk's document.
+      expected: Each question's `T_e`.
+      matrix: The chunks' `TokenMatrix`.
+      incidences: Each question's `matrix.incidence`, over its document's chunks.
+    """
+
+    sets: list
+    doc_of: list
+    expected: list
+    matrix: TokenMatrix
+    incidences: list
+
+    @classmethod
+    def of(cls, variant: str, chunks: Sequence, questions: Sequence, texts: dict,
+           lemmas: dict) -> 'VariantTokens':
+        """Tokenizes chunks (`.text`, `.doc_id`, char range) and questions (`.doc_id`, `.references`).
+
+        Args:
+          variant: `raw` or `preprocessed`.
+          chunks: The chunks, in the order retrieval rows refer to.
+          questions: The questions.
+          texts: Document text by doc_id (`raw` references).
+          lemmas: `LemmaTable` by doc_id (`preprocessed`).
+        """
+        if variant == RAW:
+            sets = [raw_tokens(c.text) for c in chunks]
+            expected = [frozenset().union(*(raw_tokens(texts[q.doc_id][s:e]) for s, e in q.references))
+                        for q in questions]
+        else:
+            sets = [lemmas[c.doc_id].tokens(c.char_start, c.char_end) for c in chunks]
+            expected = [lemmas[q.doc_id].spans_tokens(q.references) for q in questions]
+        doc_of = [c.doc_id for c in chunks]
+        matrix = TokenMatrix(sets, doc_of)
+        incidences = [matrix.incidence(q.doc_id, e) for q, e in zip(questions, expected)]
+        return cls(sets, doc_of, expected, matrix, incidences)
+
+    def scores(self, questions: Sequence, retrieved: Sequence[Sequence[int]], kept: np.ndarray,
+               k: int) -> tuple[list[Scores], list[float]]:
+        """Per question: token `Scores` of its retrieved rows and the oracle over the kept chunks.
+
+        Only retrieved chunks of the question's own document can hit `T_e`;
+        the others count as retrieved tokens (see `token_scores`).
+        """
+        token, oracle = [], []
+        for i, (q, hits) in enumerate(zip(questions, retrieved)):
+            own = frozenset().union(*(self.sets[r] for r in hits if self.doc_of[r] == q.doc_id))
+            foreign = frozenset().union(*(self.sets[r] for r in hits if self.doc_of[r] != q.doc_id))
+            token.append(token_scores(self.expected[i], own, foreign))
+            oracle.append(self.matrix.oracle(q.doc_id, self.expected[i], self.incidences[i], kept, k))
+        return token, oracle
+
+
+def retrieved_char_scores(
+    references: Sequence[Span], doc_id: str, retrieved: Sequence[tuple[str, int, int]]
+) -> Scores:
+    """`char_scores` of retrieved `(doc_id, char_start, char_end)` chunks for a question of `doc_id`.
+
+    Chunks of other documents count as retrieved text only: their ranges are
+    unioned per document, never against the references.
+    """
+    own = [(s, e) for d, s, e in retrieved if d == doc_id]
+    foreign: dict[str, list] = collections.defaultdict(list)
+    for d, s, e in retrieved:
+        if d != doc_id:
+            foreign[d].append((s, e))
+    return char_scores(references, own, sum(spans_length(spans) for spans in foreign.values()))
 
 
 def reduction(total: int, kept: int) -> float:

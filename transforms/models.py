@@ -92,7 +92,13 @@ def model_fingerprint(model) -> str:
     # The tokenizer decides token counts (chunk sizes) and what the weights see.
     backend = getattr(getattr(model, 'tokenizer', None), 'backend_tokenizer', None)
     if backend is not None:
-        digest.update(backend.to_str().encode('utf-8'))
+        # Without the truncation and padding state: every tokenizer call with
+        # padding/max_length (embed_texts) rewrites it, so a model that has
+        # embedded would otherwise change fingerprint, and cache, mid-process.
+        state = json.loads(backend.to_str())
+        state.pop('truncation', None)
+        state.pop('padding', None)
+        digest.update(json.dumps(state, sort_keys=True).encode('utf-8'))
     return digest.hexdigest()
 
 

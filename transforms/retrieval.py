@@ -411,3 +411,60 @@ def bm25_scores(retriever, query_tokens: list[str], n_rows: int) -> np.ndarray:
     if not query_tokens:
         return np.zeros(n_rows, np.float32)
     return np.asarray(retriever.get_scores(query_tokens), np.float32)
+
+
+# --- the evaluation's retrieval over a filtered chunk set (pipelines/evaluate.py) ---
+
+
+def hybrid_top_k(
+    kept: Sequence, rows: np.ndarray, vectors: np.ndarray, questions: Sequence[str],
+    queries: np.ndarray, k: int, config: RetrievalConfig,
+) -> list[list[int]]:
+    """The query job's ranking over the kept chunks; returns rows of `vectors`.
+
+    BM25 is built over the kept texts, as a filtered build writes it; each
+    question gets the fused, deduplicated top-k (possibly fewer than k, when
+    the relevance floor leaves fewer candidates).
+
+    Args:
+      kept: The kept chunks, in the order of `rows`.
+      rows: Their rows in `vectors`.
+      vectors: Embeddings of all chunks.
+      questions: The questions' texts (they feed BM25).
+      queries: The questions' embeddings.
+      k: Chunks per question.
+      config: Candidates, floor, weights and dedup threshold.
+    """
+    if len(rows) == 0:
+        return [[] for _ in questions]
+    sub = np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    chunk_ids = [c.chunk_id for c in kept]
+    salience = [c.salience for c in kept]
+    timestamps = [document_timestamp(c.metadata) for c in kept]
+    bm25 = build_bm25([c.text for c in kept])
+    dense = exact_top_k(sub, np.arange(len(rows)), queries, config.candidates)
+    out = []
+    for question, query, dense_rows in zip(questions, queries, dense):
+        tokens = bm25_tokenize([question], return_ids=False)[0]
+        scores = bm25_scores(bm25, tokens, len(rows))
+        fused = fuse_candidates(
+            query, dense_rows, scores, sub, chunk_ids, salience, timestamps, config)
+        selected, _ = dedup_ranked([sub[r] for r in fused.rows], config.dedup_threshold, limit=k)
+        out.append([int(rows[fused.rows[i]]) for i in selected])
+    return out
+
+
+def exact_top_k(vectors: np.ndarray, rows: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:
+    """Exact top-k by inner product among `vectors[rows]`; returns rows of `vectors`.
+
+    An `IndexFlatIP` over the kept rows only, the index a filtered build
+    would write, so a removed chunk can never take a place in the top-k.
+    """
+    import faiss
+
+    if len(rows) == 0:
+        return [[] for _ in range(len(queries))]
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(rows)))
+    return [[int(rows[i]) for i in hits if i >= 0] for hits in found]

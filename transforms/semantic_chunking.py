@@ -287,6 +287,8 @@ def semantic_spans(
     chunk_size: int,
     batch_size: int = 64,
     embed: Optional[Callable[[list[str]], np.ndarray]] = None,
+    piece_size: int = PIECE_SIZE,
+    window: int = WINDOW_BUFFER,
 ) -> list[Span]:
     """Chunks one document with a semantic chunker and a loaded model.
 
@@ -303,6 +305,9 @@ def semantic_spans(
       batch_size: Texts per forward pass.
       embed: Embeds a list of texts as `embed_texts` does, e.g. through a
         cache; by default `embed_texts(model, texts, batch_size)`.
+      piece_size: Tokens per piece (see `piece_spans`).
+      window: Neighbours on each side of a piece in a breakpoint window
+        (see `window_texts`).
 
     Returns:
       The chunk spans, in document order.
@@ -318,14 +323,14 @@ def semantic_spans(
     if chunk_size <= 0:
         raise ValueError(f'chunk_size must be > 0, got {chunk_size}')
     embed = embed or (lambda texts: embed_texts(model, texts, batch_size))
-    pieces = piece_spans(text, tokens)
+    pieces = piece_spans(text, tokens, piece_size)
     if not pieces:
         return []
     if name == CLUSTER_SEMANTIC:
         vectors = embed([text[s:e] for s, e in pieces])
         spans = cluster_semantic_spans(text, tokens, pieces, vectors, max_size=chunk_size)
     else:
-        vectors = embed(window_texts(text, pieces))
+        vectors = embed(window_texts(text, pieces, window))
         spans = breakpoint_spans(
             text, tokens, pieces, vectors, chunk_size=chunk_size, max_tokens=embeddable_tokens(model)
         )

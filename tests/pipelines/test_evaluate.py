@@ -1,4 +1,4 @@
-"""The evaluation job: dataset readers, grid parsing, exact filtered top-k, and end-to-end runs."""
+"""The evaluation job: dataset readers, config, filtered top-k, and end-to-end runs."""
 
 import csv
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines import cli, evaluate
-from transforms import datasets, dedup
+from pipelines import cli, eval_grid, eval_report, evaluate
+from transforms import datasets, dedup, retrieval
 
 FIXTURES = Path(__file__).resolve().parents[1] / 'fixtures'
 CHROMA = FIXTURES / 'chroma'
@@ -73,32 +73,10 @@ def test_sample_questions_is_deterministic_ordered_and_nested():
         datasets.sample_questions(questions, 0)
 
 
-def test_parse_chunkers():
-    configs = evaluate.parse_chunkers('recursive:400:200, fixed:200, cluster_semantic:400')
-    assert [evaluate.chunker_label(c) for c in configs] == [
-        'recursive_400_200', 'fixed_200_0', 'cluster_semantic_400_0']
-    for bad in ('recursive', 'fixed:a', 'fixed:400:400', 'nope:100', 'fixed:10,fixed:10:0'):
-        with pytest.raises(ValueError):
-            evaluate.parse_chunkers(bad)
-
-
-def test_parse_filter_grid():
-    grid = evaluate.parse_filter_grid('none,exact,minhash@0.7,random@0.4,cascade')
-    assert [(g.method, g.threshold) for g in grid] == [
-        ('No filtering', None), ('ExactNorm', None), ('MinHash-LSH', 0.7), ('random', 0.4),
-        ('Cascade (exact, minhash, intra_doc)', None)]
-    assert grid[0].specs == ()
-    assert [s.name for s in grid[-1].specs] == list(dedup.CASCADE)
-    assert len(evaluate.parse_filter_grid(evaluate.DEFAULT_FILTERS)) == 17
-    for bad in ('exact,,none', 'bogus', 'exact@0.5', 'minhash@0.8,minhash@0.8'):
-        with pytest.raises(ValueError):
-            evaluate.parse_filter_grid(bad)
-
-
 def test_config_validation():
     kwargs = dict(dataset='chroma', data=str(CHROMA), output='out',
-                  chunkers=tuple(evaluate.parse_chunkers('fixed:100')),
-                  filters=tuple(evaluate.parse_filter_grid('none')))
+                  chunkers=tuple(eval_grid.parse_chunkers('fixed:100')),
+                  filters=tuple(eval_grid.parse_filter_grid('none')))
     evaluate.EvaluateConfig(**kwargs)
     for change, message in [({'k': 0}, 'k must be'), ({'max_questions': 0}, 'max_questions'),
                             ({'variants': ('stemmed',)}, 'variants'), ({'dataset': 'x'}, 'dataset'),
@@ -107,14 +85,14 @@ def test_config_validation():
             evaluate.EvaluateConfig(**{**kwargs, **change})
 
 
-def test_top_k_is_exact_among_kept_rows():
+def test_exact_top_k_is_exact_among_kept_rows():
     vectors = np.eye(4, dtype=np.float32)
     query = np.array([[0.9, 0.5, 0.1, 0.0]], dtype=np.float32)
-    assert evaluate.top_k(vectors, np.arange(4), query, 2) == [[0, 1]]
+    assert retrieval.exact_top_k(vectors, np.arange(4), query, 2) == [[0, 1]]
     # Row 0 was filtered out: the next best kept rows take its place.
-    assert evaluate.top_k(vectors, np.array([1, 2, 3]), query, 2) == [[1, 2]]
-    assert evaluate.top_k(vectors, np.array([3]), query, 5) == [[3]]
-    assert evaluate.top_k(vectors, np.array([], dtype=int), query, 5) == [[]]
+    assert retrieval.exact_top_k(vectors, np.array([1, 2, 3]), query, 2) == [[1, 2]]
+    assert retrieval.exact_top_k(vectors, np.array([3]), query, 5) == [[3]]
+    assert retrieval.exact_top_k(vectors, np.array([], dtype=int), query, 5) == [[]]
 
 
 def test_end_to_end_chroma(tmp_path, embedding_model):
@@ -128,9 +106,11 @@ def test_end_to_end_chroma(tmp_path, embedding_model):
     with (out / 'results.csv').open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert tuple(reader.fieldnames) == evaluate.CSV_COLUMNS
+    assert tuple(reader.fieldnames) == eval_report.CSV_COLUMNS
     # 2 chunkers x 3 filters x 2 variants.
     assert len(rows) == 12
+    assert {(r['filter'], r['method']) for r in rows} == {
+        ('none', 'No filtering'), ('exact', 'ExactNorm'), ('similarity', 'Similarity')}
     baseline = [r for r in rows if r['method'] == 'No filtering']
     assert all(float(r['reduction']) == 0.0 and r['kept'] == r['chunks'] for r in baseline)
     for r in rows:
@@ -161,6 +141,12 @@ def test_a_second_run_reuses_the_cached_features(tmp_path, embedding_model):
     assert second['cache']['computed'] == {'embedding': 0, 'entities': 0}
     assert second['cache']['loaded'] == {f: n for f, n in first['cache']['computed'].items()}
     assert (tmp_path / 'a' / 'results.csv').read_bytes() == (tmp_path / 'b' / 'results.csv').read_bytes()
+    # A run with another grid and no room beyond its own entries drops the entries it did not use.
+    other = [*argv[:5], 'fixed:100:0', *argv[6:], '--cache_max_bytes', '0', '--output', str(tmp_path / 'c')]
+    third = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(other)), model=embedding_model)
+    fourth = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(other)), model=embedding_model)
+    assert fourth['cache']['computed'] == {'embedding': 0, 'entities': 0}
+    assert fourth['cache']['loaded']['embedding'] < third['cache']['loaded']['embedding']
 
 
 def test_default_cache_is_the_users_cache_folder(tmp_path, monkeypatch):
@@ -210,10 +196,10 @@ def test_hybrid_top_k_dedups_and_respects_kept_rows(embedding_model):
     question = Question('What are the rings of Saturn made of?', 'd', ((0, 10),))
     query = embedding_model.encode([question.question], normalize_embeddings=True)
     config = retrieval.RetrievalConfig(min_relevance=-1.0)
-    [hits] = evaluate.hybrid_top_k(chunks, np.arange(4), vectors, [question], query, 3, config)
+    [hits] = retrieval.hybrid_top_k(chunks, np.arange(4), vectors, [question.question], query, 3, config)
     assert hits[0] in (0, 1) and not {0, 1} <= set(hits)  # the near-copy is skipped
     assert len(hits) == 3
-    [hits] = evaluate.hybrid_top_k(chunks[2:], np.array([2, 3]), vectors, [question], query, 3, config)
+    [hits] = retrieval.hybrid_top_k(chunks[2:], np.array([2, 3]), vectors, [question.question], query, 3, config)
     assert set(hits) <= {2, 3}
 
 

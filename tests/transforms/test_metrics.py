@@ -127,3 +127,26 @@ def test_lemma_tables_lemmatize_and_drop_stopwords(lemmatizer):
 def test_load_lemmatizer_unknown_model():
     with pytest.raises(ValueError, match='cannot load spaCy model'):
         metrics.load_lemmatizer('no_such_spacy_model_xyz')
+
+
+def test_the_token_matrix_oracle_is_greedy_oracle():
+    """The evaluation's sliced incidence gives the study's oracle, filtered chunks excluded."""
+    sets = [frozenset('ab'), frozenset('bcd'), frozenset('x'), frozenset('ad'), frozenset('cz')]
+    docs = ['d', 'd', 'e', 'd', 'd']
+    matrix = metrics.TokenMatrix(sets, docs)
+    expected = frozenset('abcdq')  # q is in no chunk
+    incidence = matrix.incidence('d', expected)
+    for kept in ([True] * 5, [True, False, True, True, True], [False, False, True, False, True]):
+        kept = np.array(kept)
+        candidates = [s for s, d, k in zip(sets, docs, kept) if d == 'd' and k]
+        for k in (1, 2, 5):
+            assert matrix.oracle('d', expected, incidence, kept, k) == pytest.approx(
+                metrics.greedy_oracle(expected, candidates, k)[1])
+    assert matrix.oracle('none', expected, matrix.incidence('none', expected), np.ones(5, bool), 3) == 0.0
+
+
+def test_retrieved_char_scores_count_foreign_chunks_as_retrieved_text():
+    scores = metrics.retrieved_char_scores([(0, 10)], 'd', [('d', 0, 5), ('d', 3, 10), ('e', 0, 10), ('e', 5, 10)])
+    assert scores.recall == 1.0
+    assert scores.precision == pytest.approx(10 / 20)
+
