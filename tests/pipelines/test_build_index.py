@@ -83,7 +83,7 @@ def test_output_contract(built):
     # Accounting: every record read became a document or a rejected row.
     assert counts['documents_indexed'] == len(expected['documents'])
     assert counts['documents_read'] == len(expected['documents']) + 1  # + the duplicate id
-    assert manifest['config']['chunker'] == {'name': 'recursive', 'chunk_size': 64, 'chunk_overlap': 16}
+    assert manifest['config']['chunker'] == {'name': 'recursive', 'chunk_size': 64, 'chunk_overlap': 16, 'params': []}
     assert manifest['versions']['apache-beam'] and manifest['model']['dim'] == 384
     assert not list(out.parent.glob('out.staging-*'))
 
@@ -104,7 +104,7 @@ def test_config_file_with_flag_override(corpus_dir, tmp_path):
     config.write_text(f'input: {root}\noutput: {tmp_path / "ignored"}\nchunker: fixed\nchunk_size: 300\n')
     out = tmp_path / 'out'
     manifest = build_index.run(['--config', str(config), '--output', str(out), '--chunk_size', '32'])
-    assert manifest['config']['chunker'] == {'name': 'fixed', 'chunk_size': 32, 'chunk_overlap': 0}
+    assert manifest['config']['chunker'] == {'name': 'fixed', 'chunk_size': 32, 'chunk_overlap': 0, 'params': []}
     assert (out / 'manifest.json').exists() and not (tmp_path / 'ignored').exists()
 
 
