@@ -8,6 +8,8 @@ hides a step's own memory in the benchmark of the whole build
 (`benchmarks/scale.py`). Prints the peak RSS after imports, at the end, the
 difference, and the index's size: the FAISS step should grow by about the
 index's bytes and one part, the BM25 step by the token ids bm25s holds.
+Also the launcher's own reads after the pipeline (the manifest's columns and
+the diff's state: ids and text hashes of every chunk).
 
     python benchmarks/assemble_memory.py /tmp/scale/out-20000 /tmp/scale/out-160000
 """
@@ -37,8 +39,14 @@ rows = sum(p.num_rows for p in write.iter_parts(output + '/chunks', ['chunk_id']
 base = peak_mib()
 if step == 'faiss':
     indexes.write_faiss(rows, output, dim, indexes.IndexConfig(index_type))
-else:
+elif step == 'bm25':
     indexes.write_bm25(rows, output)
+else:
+    # What the launcher reads after the pipeline: the manifest's columns and the diff's state.
+    from pipelines import changes
+    write.read_table(output + '/chunks', ['doc_id']).column('doc_id').to_pylist()
+    write.read_table(output + '/dropped', ['doc_id', 'reason']).to_pylist()
+    changes.diff_states(None, changes.load_state(output))
 print(json.dumps({{'rows': rows, 'base': base, 'peak': peak_mib()}}))
 '''
 
@@ -55,9 +63,10 @@ def main():
             dim = json.load(f)['model']['dim']
         parts = len(os.listdir(os.path.join(output, 'chunks')))
         with tempfile.TemporaryDirectory() as tmp:
-            # A copy of chunks/ only: the output itself is left as it is.
-            shutil.copytree(os.path.join(output, 'chunks'), os.path.join(tmp, 'chunks'))
-            for step in ('faiss', 'bm25'):
+            # A copy of the tables: the output itself is left as it is.
+            for table in ('chunks', 'dropped', 'documents'):
+                shutil.copytree(os.path.join(output, table), os.path.join(tmp, table))
+            for step in ('faiss', 'bm25', 'launcher'):
                 code = STEP.format(repo=REPO)
                 out = subprocess.run([sys.executable, '-c', code, tmp, str(dim), step, args.index_type],
                                      check=True, capture_output=True, text=True).stdout

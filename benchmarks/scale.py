@@ -77,20 +77,25 @@ def generate_corpus(
     """Writes `n_chunks` paragraphs as .jsonl documents under `directory`; returns the plan.
 
     Every paragraph holds between chunk_size/2 + 1 and chunk_size - 4 tokens, so
-    each is one chunk of the recursive chunker. Same arguments, same bytes.
+    each is one chunk of the recursive chunker, and joins two or more
+    sentences; paragraphs are distinct but for the planted copies. Same
+    arguments, same bytes.
     """
     sentences = source_sentences()
     lengths = [len(ids) for ids in tokenizer(sentences, add_special_tokens=False)['input_ids']]
     # Spaces make no tokens: a paragraph's tokens are about the sum of its sentences'.
     # Over half the size, two paragraphs never fit in one chunk.
     low, high = chunk_size // 2 + 1, chunk_size - 4
-    usable = [(s, n) for s, n in zip(sentences, lengths) if n <= high]
+    # Short enough that every paragraph joins two or more: a one-sentence paragraph
+    # would repeat by chance (2,728 sentences), and only planted copies may repeat.
+    usable = [(s, n) for s, n in zip(sentences, lengths) if n <= high // 2]
     rng = random.Random(seed)
 
     def fits(paragraph: str) -> bool:
         return low <= len(tokenizer(paragraph, add_special_tokens=False)['input_ids']) <= high
 
     paragraphs: list[str] = []
+    seen: set[str] = set()
     planted = {'exact': 0, 'near': 0}
     while len(paragraphs) < n_chunks:
         roll = rng.random()
@@ -100,8 +105,9 @@ def generate_corpus(
             continue
         if paragraphs and roll < exact_rate + near_rate:
             copy = near_copy(paragraphs[rng.randrange(len(paragraphs))], rng)
-            if fits(copy):
+            if copy not in seen and fits(copy):
                 paragraphs.append(copy)
+                seen.add(copy)
                 planted['near'] += 1
             continue
         picked, total = [], 0
@@ -110,11 +116,12 @@ def generate_corpus(
             if total + n <= high:
                 picked.append(s)
                 total += n
-            elif picked:
+            else:
                 break
         paragraph = ' '.join(picked)
-        if fits(paragraph):
+        if paragraph not in seen and fits(paragraph):
             paragraphs.append(paragraph)
+            seen.add(paragraph)
     os.makedirs(directory, exist_ok=True)
     docs = [paragraphs[i : i + PARAGRAPHS_PER_DOC] for i in range(0, len(paragraphs), PARAGRAPHS_PER_DOC)]
     for f in range(0, len(docs), DOCS_PER_FILE):

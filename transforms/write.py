@@ -161,8 +161,9 @@ def default_num_shards(input_bytes: int) -> int:
     """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_DEFAULT_SHARDS.
 
     The corpus size is not known when the pipeline is built, its input's size
-    is (file sizes, without reading them). 2 MiB of text is about 10k chunks,
-    ~15 MB of float32 embeddings: what a worker holds while it writes a part.
+    is (file sizes, without reading them). A part then holds the rows of
+    about 2 MiB of text (14k chunks of 48 tokens, 20 MB of float32
+    embeddings): what a worker holds while it writes it.
     """
     return max(1, min(MAX_DEFAULT_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
 
