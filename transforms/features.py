@@ -202,7 +202,7 @@ class TrainOnSample(beam.PTransform):
             chunks
             | 'SampleEntries' >> beam.Map(sample_entry)
             | 'Sample' >> beam.combiners.Top.Smallest(self._size)
-            | 'Train' >> beam.Map(train_on_entries, beam.pvalue.AsSingleton(count), self._train)
+            | 'Train' >> beam.Map(train_on_entries, beam.pvalue.AsSingleton(count), self._train)  # small: one count
         )
 
 
@@ -235,7 +235,7 @@ class AssignTopics(beam.PTransform):
         return (
             chunks
             | 'BatchForTopics' >> beam.BatchElements(min_batch_size=1, max_batch_size=FEATURE_BATCH)
-            | 'Assign' >> beam.ParDo(_AssignTopicsFn(), beam.pvalue.AsSingleton(model))
+            | 'Assign' >> beam.ParDo(_AssignTopicsFn(), beam.pvalue.AsSingleton(model))  # small: centroids of a bounded sample
         )
 
 

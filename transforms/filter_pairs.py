@@ -162,7 +162,7 @@ class DropNearDuplicates(beam.PTransform):
             | 'GroupByBand' >> beam.GroupByKey()
             | 'VerifyBucket' >> beam.FlatMap(verified_edges, self._threshold)
             | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()
+            | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
             | 'ResolveComponents' >> beam.FlatMap(resolve_components)
         )
         keeper_signatures = (
@@ -287,13 +287,13 @@ class DropSimilarPairs(beam.PTransform):
             | 'BatchForClusters' >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
             | 'EmitClusterKeys' >> beam.ParDo(
                 ClusterKeysFn(self._config.scope, self._probes, self._same_topic, self._shared_entity),
-                beam.pvalue.AsSingleton(centroids))
+                beam.pvalue.AsSingleton(centroids))  # small: k centroids, trained on a bounded sample
             | 'GroupByCluster' >> beam.GroupByKey()
             | 'VerifyGroup' >> beam.ParDo(VerifyGroupFn(
                 self._index, self._spec.name, self._spec.threshold, self._same_topic, self._shared_entity,
                 self._max_group))
             | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()
+            | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
             | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
         )
         return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, self._spec.name)
@@ -365,7 +365,7 @@ class DropHalfEntityOverlaps(beam.PTransform):
             | 'GroupByEntity' >> beam.GroupByKey()
             | 'VerifyPosting' >> beam.ParDo(VerifyPostingFn(self._index, self._max_posting))
             | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()
+            | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
             | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
         )
         return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, 'ner_half')
