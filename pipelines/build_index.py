@@ -675,6 +675,9 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
             'before': counters.get(f'{ns}.in', 0),
             'after': counters.get(f'{ns}.kept', 0),
             'dropped': counters.get(f'{ns}.dropped', 0),
+            # What a filter's strategy reports of itself (verified_edges, capped_chunks, ...).
+            'counters': {k[len(ns) + 1:]: v for k, v in sorted(counters.items())
+                         if k.startswith(f'{ns}.') and k[len(ns) + 1:] not in ('in', 'kept', 'dropped')},
         })
     salience_lifted = sum(
         counters.get(f'{counter_namespace(i, s.name)}.salience_warnings', 0)

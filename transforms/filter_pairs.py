@@ -16,6 +16,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms import candidates, dedup
+from transforms.greedy_rounds import ResolveGreedy
 from transforms.dedup import BandMember
 from transforms.entities import entity_names
 from transforms.features import TrainOnSample
@@ -26,6 +27,7 @@ from transforms.types import Chunk, Dropped
 # Counters in each filter's namespace.
 SPLIT_GROUPS = 'split_groups'  # hot groups split into blocks (pairs across blocks not compared)
 EDGES = 'verified_edges'
+CAPPED = 'capped_chunks'  # chunks whose earlier neighbours in a block were cut at candidates.MAX_EARLIER
 
 
 class SplitByDecisionFn(beam.DoFn):
@@ -227,6 +229,7 @@ class VerifyGroupFn(beam.DoFn):
     def setup(self):
         self._split = Metrics.counter(self._namespace, SPLIT_GROUPS)
         self._edges = Metrics.counter(self._namespace, EDGES)
+        self._capped = Metrics.counter(self._namespace, CAPPED)
 
     def process(self, group):
         _, members = group
@@ -234,14 +237,10 @@ class VerifyGroupFn(beam.DoFn):
         if len(blocks) > 1:
             self._split.inc()
         for block in blocks:
-            edges = candidates.verify_block(block, self._threshold, self._same_topic, self._shared_entity)
+            edges, capped = candidates.verify_block(block, self._threshold, self._same_topic, self._shared_entity)
             self._edges.inc(len(edges))
+            self._capped.inc(capped)
             yield from edges
-
-
-def resolve_greedy(edges: Iterable[tuple]) -> list[tuple[str, tuple[str, float]]]:
-    """`(dropped_id, (keeper_id, cosine))` by the study's greedy rule, sorted."""
-    return sorted(candidates.greedy_keep_first(edges).items())
 
 
 class DropSimilarPairs(beam.PTransform):
@@ -253,10 +252,12 @@ class DropSimilarPairs(beam.PTransform):
     `(k, dim)` centroids, a side input that stays small; each chunk goes to
     its `PROBES` nearest clusters, a GroupByKey on `(scope, cluster)` brings
     each cluster's members together, every pair there is verified by exact
-    cosine (and the filter's extra condition), and only the verified edges
-    `(id, key, id, key, cosine)` are gathered and resolved by the greedy rule
-    (`candidates.greedy_keep_first`). Same result as `dedup.drop_similar`
-    when no true edge is missed (recall: benchmarks/candidate_recall.py).
+    cosine (and the filter's extra condition), at most
+    `candidates.MAX_EARLIER` per chunk and block, and the verified edges
+    `(id, key, id, key, cosine)` are resolved by the greedy rule in keyed
+    rounds (`greedy_rounds.ResolveGreedy`: only what the rounds leave is
+    gathered). Same result as `dedup.drop_similar` when no true edge is
+    missed (recall: benchmarks/candidate_recall.py) and no chunk was capped.
     """
 
     def __init__(self, spec: dedup.FilterSpec, config: dedup.FilterConfig, index: int = 0,
@@ -293,8 +294,7 @@ class DropSimilarPairs(beam.PTransform):
                 self._index, self._spec.name, self._spec.threshold, self._same_topic, self._shared_entity,
                 self._max_group))
             | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
-            | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
+            | 'ResolveGreedy' >> ResolveGreedy(counter_namespace(self._index, self._spec.name))
         )
         return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, self._spec.name)
 
@@ -345,8 +345,8 @@ class DropHalfEntityOverlaps(beam.PTransform):
     An inverted index on entity names (a GroupByKey on `(scope, name)`)
     gives the candidates; each posting yields the pairs where an earlier
     chunk (keep order) holds at least half of a later one's names, and only
-    those edges are gathered and resolved by the greedy rule
-    (`candidates.greedy_keep_first`: the most shared names, then earliest).
+    those edges are resolved by the greedy rule in keyed rounds
+    (`greedy_rounds.ResolveGreedy`: the most shared names, then earliest).
     Same result as `dedup.drop_ner_half` unless a hot posting was capped.
     """
 
@@ -365,7 +365,6 @@ class DropHalfEntityOverlaps(beam.PTransform):
             | 'GroupByEntity' >> beam.GroupByKey()
             | 'VerifyPosting' >> beam.ParDo(VerifyPostingFn(self._index, self._max_posting))
             | 'DistinctEdges' >> beam.Distinct()
-            | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
-            | 'ResolveGreedy' >> beam.FlatMap(resolve_greedy)
+            | 'ResolveGreedy' >> ResolveGreedy(counter_namespace(self._index, 'ner_half'))
         )
         return chunks | 'ApplyDecisions' >> JoinDecisions(decisions, self._index, 'ner_half')

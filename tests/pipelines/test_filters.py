@@ -205,6 +205,10 @@ def test_each_strategy(spec, redundant_corpus, tmp_path, caplog):
         assert all(c['topic'] is not None for c in chunks)
     if name.startswith('similarity'):
         assert all(d['score'] >= 0.9 for d in dropped)
+        # The pair strategy reports itself: edges verified, none capped, none left to gather.
+        (reported,) = [f['counters'] for f in manifest['filters']]
+        assert reported['verified_edges'] >= 3 and reported['capped_chunks'] == 0
+        assert reported['residual_edges'] == 0
     if name == 'none':
         assert manifest['filters'] == [] and (out / 'dropped' / 'part-00000-of-00001.parquet').exists()
     else:

@@ -25,7 +25,9 @@ def members_of(chunks):
 def test_greedy_over_verified_edges_equals_the_global_greedy(threshold):
     chunks = near_copies()
     (block,) = candidates.split_group(members_of(chunks))
-    got = candidates.greedy_keep_first(candidates.verify_block(block, threshold))
+    edges, capped = candidates.verify_block(block, threshold)
+    assert capped == 0
+    got = candidates.greedy_keep_first(edges)
     _, dropped = dedup.drop_similar(chunks, threshold)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
     assert dropped
@@ -41,10 +43,22 @@ def test_cluster_candidates_find_the_close_pairs():
     for member, clusters in zip(members_of(chunks), nearest.tolist()):
         for cluster in clusters:
             groups.setdefault(cluster, []).append(member)
-    edges = {e for g in groups.values() for block in candidates.split_group(g) for e in candidates.verify_block(block, 0.8)}
+    edges = {e for g in groups.values() for block in candidates.split_group(g)
+             for e in candidates.verify_block(block, 0.8)[0]}
     _, dropped = dedup.drop_similar(chunks, 0.8)
     got = candidates.greedy_keep_first(edges)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
+
+
+def test_near_copies_keep_edges_to_their_earliest_neighbours_only():
+    # 40 copies of one vector: all pairs are close, each chunk keeps its 3 earliest.
+    chunks = [make('d', i, f't{i}', embedding=np.ones(8, np.float32)) for i in range(40)]
+    (block,) = candidates.split_group(members_of(chunks))
+    edges, capped = candidates.verify_block(block, 0.9, max_earlier=3)
+    assert len(edges) == 1 + 2 + 37 * 3 and capped == 36
+    order = [m.chunk_id for m in block]
+    assert all(order.index(early) < 3 for _, _, early, _, _ in edges)
+    assert set(candidates.greedy_keep_first(edges)) == set(order[1:])
 
 
 def test_hot_groups_are_split_in_keep_order():
