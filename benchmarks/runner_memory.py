@@ -50,25 +50,31 @@ with beam.Pipeline(options=options) as p:
 '''
 
 
+def control_peaks(n: int) -> tuple[float, list[float], float]:
+    """Runs the control pipeline on `n` elements: (launcher MiB, worker MiB largest first, seconds)."""
+    sys.path.insert(0, REPO)
+    from benchmarks.scale import TreeSampler
+
+    proc = subprocess.Popen([sys.executable, '-c', PIPELINE, str(n)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sampler = TreeSampler(proc.pid, 0.3)
+    sampler.start()
+    started = time.perf_counter()
+    if proc.wait():
+        raise RuntimeError(f'the control pipeline failed ({proc.returncode})')
+    sampler.stop()
+    workers = sorted((kib / 1024 for pid, kib in sampler.peaks.items()
+                      if 'sdk_worker' in sampler.cmdlines.get(pid, '') and kib > 32 * 1024), reverse=True)
+    return sampler.peaks[proc.pid] / 1024, workers, time.perf_counter() - started
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--sizes', type=str, default='20000,160000', help='Comma-separated element counts.')
     args = parser.parse_args()
-    sys.path.insert(0, REPO)
-    from benchmarks.scale import TreeSampler
-
     for n in [int(s) for s in args.sizes.split(',') if s.strip()]:
-        proc = subprocess.Popen([sys.executable, '-c', PIPELINE, str(n)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        sampler = TreeSampler(proc.pid, 0.3)
-        sampler.start()
-        started = time.perf_counter()
-        if proc.wait():
-            raise RuntimeError(f'the control pipeline failed ({proc.returncode})')
-        sampler.stop()
-        workers = sorted((kib / 1024 for pid, kib in sampler.peaks.items()
-                          if 'sdk_worker' in sampler.cmdlines.get(pid, '') and kib > 32 * 1024), reverse=True)
-        print(f'N={n}: {time.perf_counter() - started:.0f} s, launcher {sampler.peaks[proc.pid] / 1024:.0f} MiB, '
+        launcher, workers, seconds = control_peaks(n)
+        print(f'N={n}: {seconds:.0f} s, launcher {launcher:.0f} MiB, '
               f'workers {" / ".join(f"{w:.0f}" for w in workers)} MiB', flush=True)
 
 

@@ -22,7 +22,9 @@ far less), the busy seconds of each stage from the manifest (summed over
 workers), and the peak RSS (VmHWM, sampled from /proc
 every --sample_s) of the launcher and of each SDK worker process. The targets
 (issue 11): wall time linear within 10% from the smallest to the largest N,
-worker peak RSS flat within 25%.
+worker peak RSS flat within 25%. The DirectRunner's workers grow with N by
+themselves; `--control` measures that growth on a pipeline with no ragsieve
+code at the same sizes in the same run and prints the ratio of the two.
 
     python benchmarks/scale.py [--sizes 20000,40000,80000,160000] [--json_out FILE]
 """
@@ -257,6 +259,26 @@ def stage_seconds(manifest: dict) -> dict:
     return {k: v for k, v in manifest['seconds'].items() if k != 'wall'}
 
 
+def filter_lines(manifest: dict) -> list[str]:
+    """One line per filter: before -> after, and what its strategy counted (edges, caps, residual)."""
+    return [f"filter {f['name']}: {f['before']} -> {f['after']}"
+            + ''.join(f', {k} {v}' for k, v in f.get('counters', {}).items())
+            for f in manifest.get('filters', [])]
+
+
+def control_line(rows: list[dict]) -> str:
+    """Worker peak RSS growth next to the runner's own (benchmarks/runner_memory.py), same sizes, same run."""
+    from benchmarks.runner_memory import control_peaks
+
+    a, b = rows[0], rows[-1]
+    ca, cb = control_peaks(a['n'])[1], control_peaks(b['n'])[1]
+    build = max(b['worker_mib']) / max(a['worker_mib'])
+    runner = max(cb) / max(ca)
+    return (f"control (no ragsieve code) at {a['n']} -> {b['n']} elements: largest worker peak RSS "
+            f"{max(ca):.0f} -> {max(cb):.0f} MiB ({runner:.2f}x); the build's {build:.2f}x is "
+            f"{build / runner:.2f}x the runner's own growth")
+
+
 def report(rows: list[dict]) -> str:
     """A Markdown table of the runs, then the growth from the first size to the last."""
     stages = sorted({k for r in rows for k in stage_seconds(r['manifest'])})
@@ -301,6 +323,9 @@ def main():
     parser.add_argument('--json_out', type=str, default=None, help='Also write the results as JSON here.')
     parser.add_argument('--keep', type=str, default=None,
                         help='Keep corpora and outputs under this folder (default: a temporary one).')
+    parser.add_argument('--control', action='store_true',
+                        help='Also run benchmarks/runner_memory.py at the first and last size and print the '
+                             'workers\' growth against the runner\'s own.')
     parser.add_argument('build_flags', nargs='*', help='Extra build flags, after --.')
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(',') if s.strip()]
@@ -326,6 +351,8 @@ def main():
         row['plan'] = plan
         rows.append(row)
         print(report(rows[-1:]).splitlines()[-1], flush=True)
+        for line in filter_lines(row['manifest']):
+            print(line, flush=True)
         if args.json_out:
             with open(args.json_out, 'w') as f:
                 json.dump(rows, f, indent=2)
@@ -335,6 +362,8 @@ def main():
             shutil.rmtree(corpus)
             shutil.rmtree(os.path.join(work, f'out-{n}'), ignore_errors=True)
     print(report(rows))
+    if args.control and len(rows) > 1:
+        print(control_line(rows), flush=True)
 
 
 if __name__ == '__main__':
