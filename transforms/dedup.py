@@ -32,7 +32,7 @@ CASCADE = ('exact', 'minhash', 'intra_doc')
 # Cosines are computed from float32 vectors, so a vector's cosine with an
 # identical copy can come out as 0.99999994; scores this close to the
 # threshold count as reaching it.
-_SIM_EPS = 1e-6
+SIM_EPS = 1e-6
 # FAISS only proposes candidates (in float32); every pair is then re-scored in
 # float64, so its margin only has to exceed float32 error.
 _FAISS_MARGIN = 1e-3
@@ -269,15 +269,24 @@ def keep_order_key(chunk: Chunk) -> tuple[float, str, int]:
     return (-salience, chunk.doc_id, chunk.chunk_index)
 
 
-def _split(
+def kept_and_dropped(
     chunks: Sequence[Chunk], dropped: dict[int, Dropped]
 ) -> tuple[list[Chunk], list[Dropped]]:
+    """A filter's result from its drops by position: `(kept, dropped)`, both in input order."""
     kept = [c for i, c in enumerate(chunks) if i not in dropped]
     return kept, [dropped[i] for i in sorted(dropped)]
 
 
-def _keep_order(chunks: Sequence[Chunk]) -> list[int]:
+def keep_order(chunks: Sequence[Chunk]) -> list[int]:
+    """The chunks' positions by `keep_order_key`: the order the greedy filters visit them in."""
     return sorted(range(len(chunks)), key=lambda i: keep_order_key(chunks[i]))
+
+
+def require_field(chunks: Sequence[Chunk], field: str) -> None:
+    """Raises ValueError if a chunk lacks `field` (a feature never computed)."""
+    missing = [c.chunk_id for c in chunks if getattr(c, field) is None]
+    if missing:
+        raise ValueError(f'chunks without {field}: {missing[:5]}')
 
 
 def drop_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
@@ -298,7 +307,7 @@ def drop_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
         j = keeper[chunk.content_hash]
         if j != i:
             dropped[i] = Dropped(chunk, 'exact', chunks[j].chunk_id, 1.0)
-    return _split(chunks, dropped)
+    return kept_and_dropped(chunks, dropped)
 
 
 def candidate_pairs_from_buckets(buckets: Iterable[Iterable[T]]) -> list[tuple[T, T]]:
@@ -498,7 +507,7 @@ def drop_minhash_groups(
         i, k = by_id[chunk_id], by_id[keeper_id]
         score = estimated_jaccard(np.asarray(chunks[i].minhash, np.uint64), np.asarray(chunks[k].minhash, np.uint64))
         dropped[i] = Dropped(chunks[i], 'minhash', keeper_id, score)
-    return _split(chunks, dropped)
+    return kept_and_dropped(chunks, dropped)
 
 
 def random_unit(chunk_id: str, seed: int) -> float:
@@ -534,7 +543,7 @@ def drop_random(
         for i, c in enumerate(chunks)
         if random_unit(c.chunk_id, seed) < ratio
     }
-    return _split(chunks, dropped)
+    return kept_and_dropped(chunks, dropped)
 
 
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
@@ -582,7 +591,7 @@ def similar_pairs(embeddings: np.ndarray, threshold: float) -> list[list[tuple[i
                 out[i] = [
                     (int(j), float(s))
                     for j, s in zip(others, sims)
-                    if s >= threshold - _SIM_EPS
+                    if s >= threshold - SIM_EPS
                 ]
     return out
 
@@ -626,14 +635,14 @@ def drop_similar(
     )
     if not chunks:
         return [], []
-    _require(chunks, 'embedding')
+    require_field(chunks, 'embedding')
     if require_same_topic:
-        _require(chunks, 'topic')
+        require_field(chunks, 'topic')
     if require_shared_entity:
-        _require(chunks, 'entities')
+        require_field(chunks, 'entities')
     names = [entity_names(c.entities) for c in chunks] if require_shared_entity else None
     neighbours = similar_pairs(np.stack([c.embedding for c in chunks]), threshold)
-    order = _keep_order(chunks)
+    order = keep_order(chunks)
     kept = [False] * len(chunks)
     rank = {i: r for r, i in enumerate(order)}
     dropped = {}
@@ -652,13 +661,7 @@ def drop_similar(
             kept[i] = True
         else:
             dropped[i] = Dropped(chunks[i], reason, chunks[best[0]].chunk_id, best[1])
-    return _split(chunks, dropped)
-
-
-def _require(chunks: Sequence[Chunk], field: str) -> None:
-    missing = [c.chunk_id for c in chunks if getattr(c, field) is None]
-    if missing:
-        raise ValueError(f'chunks without {field}: {missing[:5]}')
+    return kept_and_dropped(chunks, dropped)
 
 
 def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
@@ -673,10 +676,10 @@ def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]
     Raises:
       ValueError: If a chunk's `entities` were never extracted (None).
     """
-    _require(chunks, 'entities')
+    require_field(chunks, 'entities')
     first: dict[frozenset[str], int] = {}
     dropped = {}
-    for i in _keep_order(chunks):
+    for i in keep_order(chunks):
         names = entity_names(chunks[i].entities)
         if not names:
             continue
@@ -684,7 +687,7 @@ def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]
             dropped[i] = Dropped(chunks[i], 'ner_exact', chunks[first[names]].chunk_id, 1.0)
         else:
             first[names] = i
-    return _split(chunks, dropped)
+    return kept_and_dropped(chunks, dropped)
 
 
 def drop_ner_half(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
@@ -702,11 +705,11 @@ def drop_ner_half(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
     Raises:
       ValueError: If a chunk's `entities` were never extracted (None).
     """
-    _require(chunks, 'entities')
+    require_field(chunks, 'entities')
     postings: dict[str, list[int]] = collections.defaultdict(list)
     rank: dict[int, int] = {}
     dropped = {}
-    for r, i in enumerate(_keep_order(chunks)):
+    for r, i in enumerate(keep_order(chunks)):
         names = entity_names(chunks[i].entities)
         if not names:
             continue
@@ -719,7 +722,7 @@ def drop_ner_half(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
         rank[i] = r
         for name in names:
             postings[name].append(i)
-    return _split(chunks, dropped)
+    return kept_and_dropped(chunks, dropped)
 
 
 def salience(embeddings: np.ndarray) -> np.ndarray:
@@ -829,7 +832,7 @@ def intra_doc(
         if selected:
             sims = vectors[[row[j] for j in selected]] @ vectors[row[i]]
             best = int(np.argmax(sims))
-            if sims[best] >= threshold - _SIM_EPS:
+            if sims[best] >= threshold - SIM_EPS:
                 j = selected[best]
                 if current[j].content_hash == current[i].content_hash:
                     reason = 'intra_doc_exact'
