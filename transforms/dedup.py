@@ -289,27 +289,6 @@ def require_field(chunks: Sequence[Chunk], field: str) -> None:
         raise ValueError(f'chunks without {field}: {missing[:5]}')
 
 
-def drop_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """ExactNorm: drops chunks whose normalized text equals a kept chunk's.
-
-    Compares `content_hash` (a hash of `normalize_text`) corpus-wide.
-
-    Returns:
-      `(kept, dropped)`; reason `exact`, score 1.0.
-    """
-    keeper: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        j = keeper.get(chunk.content_hash)
-        if j is None or keep_order_key(chunk) < keep_order_key(chunks[j]):
-            keeper[chunk.content_hash] = i
-    dropped = {}
-    for i, chunk in enumerate(chunks):
-        j = keeper[chunk.content_hash]
-        if j != i:
-            dropped[i] = Dropped(chunk, 'exact', chunks[j].chunk_id, 1.0)
-    return kept_and_dropped(chunks, dropped)
-
-
 def candidate_pairs_from_buckets(buckets: Iterable[Iterable[T]]) -> list[tuple[T, T]]:
     """Returns the distinct pairs of members sharing a bucket.
 
@@ -510,42 +489,6 @@ def drop_minhash_groups(
     return kept_and_dropped(chunks, dropped)
 
 
-def random_unit(chunk_id: str, seed: int) -> float:
-    """Returns a uniform value in [0, 1) from a seeded blake2b of the chunk id.
-
-    The same on every worker and run, unlike `hash()` or `random`.
-    """
-    digest = hashlib.blake2b(
-        chunk_id.encode('utf-8'), digest_size=8, key=str(seed).encode('utf-8')
-    ).digest()
-    return int.from_bytes(digest, 'big') / 2.0**64
-
-
-def drop_random(
-    chunks: Sequence[Chunk], ratio: float = 0.5, seed: int = 0
-) -> tuple[list[Chunk], list[Dropped]]:
-    """Random control: drops each chunk independently with probability `ratio`.
-
-    A chunk is dropped when `random_unit(chunk_id, seed) < ratio`, so the
-    decision for a chunk depends on nothing else, and the dropped fraction is
-    `ratio` in expectation (not exactly).
-
-    Returns:
-      `(kept, dropped)`; reason `random`, no duplicate_of or score.
-
-    Raises:
-      ValueError: If `ratio` is not in [0, 1].
-    """
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f'random ratio must be in [0, 1], got {ratio}')
-    dropped = {
-        i: Dropped(c, 'random')
-        for i, c in enumerate(chunks)
-        if random_unit(c.chunk_id, seed) < ratio
-    }
-    return kept_and_dropped(chunks, dropped)
-
-
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length in float64 (zero rows stay zero)."""
     x = np.asarray(embeddings, dtype=np.float64)
@@ -661,67 +604,6 @@ def drop_similar(
             kept[i] = True
         else:
             dropped[i] = Dropped(chunks[i], reason, chunks[best[0]].chunk_id, best[1])
-    return kept_and_dropped(chunks, dropped)
-
-
-def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """NER Exact: drops a chunk whose entity-name set equals a kept chunk's.
-
-    Set equality is transitive, so greedy in keep order means one chunk kept
-    per distinct non-empty set. Chunks without entities are always kept.
-
-    Returns:
-      `(kept, dropped)`; reason `ner_exact`, score 1.0.
-
-    Raises:
-      ValueError: If a chunk's `entities` were never extracted (None).
-    """
-    require_field(chunks, 'entities')
-    first: dict[frozenset[str], int] = {}
-    dropped = {}
-    for i in keep_order(chunks):
-        names = entity_names(chunks[i].entities)
-        if not names:
-            continue
-        if names in first:
-            dropped[i] = Dropped(chunks[i], 'ner_exact', chunks[first[names]].chunk_id, 1.0)
-        else:
-            first[names] = i
-    return kept_and_dropped(chunks, dropped)
-
-
-def drop_ner_half(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """NER Half: drops a chunk when a kept chunk has at least half of its entity names.
-
-    Greedy in keep order: the overlap `|E(c) & E(k)| / |E(c)|` is counted for
-    kept chunks `k` only, found through an inverted index from entity name to
-    the kept chunks that have it. Chunks without entities are always kept.
-
-    Returns:
-      `(kept, dropped)`; reason `ner_half`; duplicate_of is the kept chunk
-      with the largest overlap (earliest in keep order on ties), score the
-      overlap fraction.
-
-    Raises:
-      ValueError: If a chunk's `entities` were never extracted (None).
-    """
-    require_field(chunks, 'entities')
-    postings: dict[str, list[int]] = collections.defaultdict(list)
-    rank: dict[int, int] = {}
-    dropped = {}
-    for r, i in enumerate(keep_order(chunks)):
-        names = entity_names(chunks[i].entities)
-        if not names:
-            continue
-        counts = collections.Counter(j for name in names for j in postings.get(name, ()))
-        best = min(counts.items(), key=lambda kv: (-kv[1], rank[kv[0]]), default=None)
-        if best is not None and best[1] / len(names) >= 0.5:
-            j, shared = best
-            dropped[i] = Dropped(chunks[i], 'ner_half', chunks[j].chunk_id, shared / len(names))
-            continue
-        rank[i] = r
-        for name in names:
-            postings[name].append(i)
     return kept_and_dropped(chunks, dropped)
 
 

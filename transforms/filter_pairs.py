@@ -347,7 +347,7 @@ class DropHalfEntityOverlaps(beam.PTransform):
     chunk (keep order) holds at least half of a later one's names, and only
     those edges are resolved by the greedy rule in keyed rounds
     (`greedy_rounds.ResolveGreedy`: the most shared names, then earliest).
-    Same result as `dedup.drop_ner_half` unless a hot posting was capped.
+    Same result as `filters.ner_half.drop_ner_half` unless a hot posting was capped.
     """
 
     def __init__(self, config: dedup.FilterConfig, index: int = 0, max_posting: int = candidates.MAX_POSTING):

@@ -12,20 +12,19 @@ from transforms.dedup import (
     candidate_pairs_from_buckets,
     connected_components,
     default_n_topics,
-    drop_exact,
     drop_minhash_groups,
-    drop_ner_exact,
-    drop_ner_half,
-    drop_random,
     drop_similar,
     intra_doc,
     keep_order_key,
     parse_filters,
-    random_unit,
     salience,
     similar_pairs,
     topics,
 )
+from transforms.filters.exact import drop_exact
+from transforms.filters.ner_exact import drop_ner_exact
+from transforms.filters.ner_half import drop_ner_half
+from transforms.filters.random_control import drop_random
 from transforms.minhash import MinHashConfig, estimated_jaccard, lsh_bands, signatures
 from transforms.text import content_hash
 from transforms.types import Chunk, make_chunk_id
@@ -124,20 +123,6 @@ def test_keep_order_key():
     assert sorted([a, b, c, d], key=keep_order_key) == [d, a, b, c]
 
 
-def test_exact_keeps_by_the_keep_rule():
-    chunks = [
-        make('doc2', 0, BOILERPLATE),
-        make('doc1', 5, '  contact US at info@example.com   for more information.'),
-        make('doc3', 0, BOILERPLATE, salience=0.5),
-        make('doc1', 0, OTHER),
-    ]
-    kept, dropped = drop_exact(chunks)
-    assert ids(kept) == ['doc3#0', 'doc1#0']
-    assert decisions(dropped) == {'doc2#0': ('exact', 'doc3#0'), 'doc1#5': ('exact', 'doc3#0')}
-    kept, _ = drop_exact([c for c in chunks if c.salience is None])
-    assert ids(kept) == ['doc1#5', 'doc1#0']  # earliest (doc_id, chunk_index) among equals
-
-
 # --- exact and MinHash -----------------------------------------------------------
 
 
@@ -208,26 +193,6 @@ def test_candidate_pairs_and_components():
     assert comps == [['a', 'c'], ['b', 'd', 'e'], ['f']]
     assert connected_components([3, 2, 1], [(3, 1), (2, 1)]) == [[1, 2, 3]]
     assert connected_components([], [(5, 4)]) == [[4, 5]]
-
-
-# --- random ----------------------------------------------------------------------
-
-
-def test_random_ratio_and_determinism():
-    chunks = [make(f'd{i // 10}', i % 10) for i in range(4000)]
-    kept, dropped = drop_random(chunks, 0.3, seed=1)
-    assert len(kept) + len(dropped) == len(chunks)
-    assert abs(len(dropped) / len(chunks) - 0.3) < 0.03
-    assert drop_random(chunks, 0.3, seed=1) == (kept, dropped)
-    assert ids(drop_random(chunks, 0.3, seed=2)[0]) != ids(kept)
-    # Per-chunk decisions: a subset of the corpus gets the same decisions.
-    sub_kept, _ = drop_random(chunks[:100], 0.3, seed=1)
-    assert ids(sub_kept) == [c for c in ids(kept) if c in set(ids(chunks[:100]))]
-    assert drop_random(chunks, 0.0)[1] == [] and drop_random(chunks, 1.0)[0] == []
-    assert all(d.reason == 'random' and d.duplicate_of is None for d in dropped)
-    assert 0.0 <= random_unit('x#0', 1) < 1.0 and random_unit('x#0', 1) != random_unit('x#0', 2)
-    with pytest.raises(ValueError):
-        drop_random(chunks, 1.5)
 
 
 # --- similarity ------------------------------------------------------------------
@@ -321,39 +286,6 @@ def test_same_entities_different_facts(embedding_model):
     assert decisions(dropped) == {'d#3': ('similarity', 'd#2')}  # the paraphrase only
     kept, dropped = drop_ner_exact(chunks)
     assert decisions(dropped) == {'d#1': ('ner_exact', 'd#0'), 'd#3': ('ner_exact', 'd#2')}
-
-
-# --- NER -------------------------------------------------------------------------
-
-
-def test_ner_exact_greedy_and_entity_free_chunks_kept():
-    chunks = [
-        make('a', 0, entities=('ORG:sega', 'GPE:japan')),
-        make('a', 1, entities=()),
-        make('b', 0, entities=('GPE:japan', 'PRODUCT:sega')),  # same names, other labels
-        make('b', 1, entities=()),
-        make('c', 0, entities=('ORG:sega',), salience=0.3),
-    ]
-    kept, dropped = drop_ner_exact(chunks)
-    assert ids(kept) == ['a#0', 'a#1', 'b#1', 'c#0']
-    assert decisions(dropped) == {'b#0': ('ner_exact', 'a#0')}
-    with pytest.raises(ValueError):
-        drop_ner_exact([make('a', 0)])
-
-
-def test_ner_half_counts_only_kept_chunks():
-    chunks = [
-        make('d', 0, entities=('X:a', 'X:b', 'X:c', 'X:d')),
-        make('d', 1, entities=('X:a', 'X:b', 'X:x', 'X:y')),  # 2/4 with d#0: dropped
-        make('d', 2, entities=('X:a', 'X:x', 'X:y')),  # 1/3 with d#0; d#1 is not kept
-        make('d', 3, entities=('X:x', 'X:y')),  # 2/2 with d#2
-        make('d', 4, entities=('X:e', 'X:f', 'X:a')),  # 1/3 with d#0 and d#2
-        make('d', 5, entities=()),
-    ]
-    kept, dropped = drop_ner_half(chunks)
-    assert ids(kept) == ['d#0', 'd#2', 'd#4', 'd#5']
-    assert decisions(dropped) == {'d#1': ('ner_half', 'd#0'), 'd#3': ('ner_half', 'd#2')}
-    assert [d.score for d in dropped] == [0.5, 1.0]
 
 
 # --- intra_doc -------------------------------------------------------------------

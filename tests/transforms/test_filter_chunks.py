@@ -15,6 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.transforms.test_dedup import BOILERPLATE, OTHER, PARAGRAPH, TYPO, make, mixed_corpus, unit, with_minhash
 from transforms import dedup
 from transforms.features import AssignTopics, ComputeFeatures, ComputeMinhash, with_topics
+from transforms.filters.exact import drop_exact
+from transforms.filters.ner_exact import drop_ner_exact
+from transforms.filters.ner_half import drop_ner_half
+from transforms.filters.random_control import drop_random
 from transforms.filter_chunks import (
     DROPPED,
     KEPT,
@@ -118,7 +122,7 @@ def test_random_fn_tags_dropped_chunks():
     dropped = [o.value for o in outputs if getattr(o, 'tag', None) == DROPPED]
     kept = [o for o in outputs if isinstance(o, Chunk)]
     assert len(kept) + len(dropped) == 40 and 0 < len(dropped) < 40
-    assert decisions(dropped) == decisions(dedup.drop_random(chunks, 0.5, 3)[1])
+    assert decisions(dropped) == decisions(drop_random(chunks, 0.5, 3)[1])
 
 
 def test_apply_filter_fn_splits_a_group():
@@ -134,7 +138,7 @@ def test_apply_filter_fn_splits_a_group():
 
 def test_drop_exact_duplicates():
     chunks = mixed_corpus()
-    run_filter(chunks, DropExactDuplicates())(*expect(dedup.drop_exact(chunks)))
+    run_filter(chunks, DropExactDuplicates())(*expect(drop_exact(chunks)))
 
 
 @pytest.mark.parametrize('threshold', [0.5, 0.8])
@@ -148,7 +152,7 @@ def test_drop_near_duplicates_matches_pure_filter(threshold):
 
 def test_drop_randomly_matches_pure_filter():
     chunks = mixed_corpus()
-    run_filter(chunks, DropRandomly(0.4, 5))(*expect(dedup.drop_random(chunks, 0.4, 5)))
+    run_filter(chunks, DropRandomly(0.4, 5))(*expect(drop_random(chunks, 0.4, 5)))
 
 
 def test_drop_intra_doc_redundancy_per_document():
@@ -169,9 +173,9 @@ SIMILARITY_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'simi
 def pure_global(name, chunks):
     ordered = sorted(chunks, key=Chunk.sort_key)
     if name == 'ner_exact':
-        return dedup.drop_ner_exact(ordered)
+        return drop_ner_exact(ordered)
     if name == 'ner_half':
-        return dedup.drop_ner_half(ordered)
+        return drop_ner_half(ordered)
     return dedup.drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
 
 
@@ -214,9 +218,9 @@ def test_similar_pairs_match_the_pure_greedy_filters(cluster_size):
 def test_filter_chunks_in_sequence_accounts_for_every_chunk():
     chunks = mixed_corpus()
     config = dedup.FilterConfig(specs=tuple(dedup.parse_filters('exact,minhash@0.7,random@0.3')))
-    kept, dropped_exact = dedup.drop_exact(chunks)
+    kept, dropped_exact = drop_exact(chunks)
     kept, dropped_minhash = dedup.drop_minhash_groups(kept, 0.7)
-    kept, dropped_random = dedup.drop_random(kept, 0.3, 0)
+    kept, dropped_random = drop_random(kept, 0.3, 0)
     expected = expect((kept, dropped_exact + dropped_minhash + dropped_random))
     assert len(expected[0]) + len(expected[1]) == len(chunks)
     run_filter(chunks, FilterChunks(config))(*expected)
