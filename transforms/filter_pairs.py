@@ -256,7 +256,7 @@ class DropSimilarPairs(beam.PTransform):
     `candidates.MAX_EARLIER` per chunk and block, and the verified edges
     `(id, key, id, key, cosine)` are resolved by the greedy rule in keyed
     rounds (`greedy_rounds.ResolveGreedy`: only what the rounds leave is
-    gathered). Same result as `dedup.drop_similar` when no true edge is
+    gathered). Same result as `filters.similarity.drop_similar` when no true edge is
     missed (recall: benchmarks/candidate_recall.py) and no chunk was capped.
     """
 

@@ -5,6 +5,7 @@ import pytest
 
 from tests.transforms.test_dedup import make
 from transforms import candidates, dedup
+from transforms.filters.similarity import drop_similar
 
 
 def near_copies(n_groups=12, per_group=5, dim=16, seed=0):
@@ -28,7 +29,7 @@ def test_greedy_over_verified_edges_equals_the_global_greedy(threshold):
     edges, capped = candidates.verify_block(block, threshold)
     assert capped == 0
     got = candidates.greedy_keep_first(edges)
-    _, dropped = dedup.drop_similar(chunks, threshold)
+    _, dropped = drop_similar(chunks, threshold)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
     assert dropped
 
@@ -45,7 +46,7 @@ def test_cluster_candidates_find_the_close_pairs():
             groups.setdefault(cluster, []).append(member)
     edges = {e for g in groups.values() for block in candidates.split_group(g)
              for e in candidates.verify_block(block, 0.8)[0]}
-    _, dropped = dedup.drop_similar(chunks, 0.8)
+    _, dropped = drop_similar(chunks, 0.8)
     got = candidates.greedy_keep_first(edges)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
 

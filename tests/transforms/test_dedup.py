@@ -1,7 +1,6 @@
 """Filter decisions on small hand-made chunk sets with known answers."""
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -13,18 +12,16 @@ from transforms.dedup import (
     connected_components,
     default_n_topics,
     drop_minhash_groups,
-    drop_similar,
-    intra_doc,
     keep_order_key,
     parse_filters,
-    salience,
-    similar_pairs,
     topics,
 )
 from transforms.filters.exact import drop_exact
+from transforms.filters.intra_doc import intra_doc
 from transforms.filters.ner_exact import drop_ner_exact
 from transforms.filters.ner_half import drop_ner_half
 from transforms.filters.random_control import drop_random
+from transforms.filters.similarity import drop_similar
 from transforms.minhash import MinHashConfig, estimated_jaccard, lsh_bands, signatures
 from transforms.text import content_hash
 from transforms.types import Chunk, make_chunk_id
@@ -193,210 +190,6 @@ def test_candidate_pairs_and_components():
     assert comps == [['a', 'c'], ['b', 'd', 'e'], ['f']]
     assert connected_components([3, 2, 1], [(3, 1), (2, 1)]) == [[1, 2, 3]]
     assert connected_components([], [(5, 4)]) == [[4, 5]]
-
-
-# --- similarity ------------------------------------------------------------------
-
-
-def test_similarity_drops_paraphrase_against_kept_only():
-    a = make('d', 0, embedding=unit(1, 0, 0))
-    b = make('d', 1, embedding=unit(1, 0.9, 0))  # cos(a, b) ~ 0.74
-    c = make('d', 2, embedding=unit(0.2, 1, 0))  # cos(b, c) ~ 0.81, cos(a, c) ~ 0.2
-    p = make('e', 0, embedding=unit(1, 0.3, 0))  # cos(a, p) ~ 0.96
-    chunks = [a, b, c, p]
-    kept, dropped = drop_similar(chunks, 0.9)
-    assert ids(kept) == ['d#0', 'd#1', 'd#2']
-    assert decisions(dropped) == {'e#0': ('similarity', 'd#0')}
-    assert dropped[0].score == pytest.approx(float(unit(1, 0, 0) @ unit(1, 0.3, 0)), abs=1e-6)
-    # Greedy: d#1 is dropped for d#0, so d#2 (close only to d#1) stays.
-    kept, dropped = drop_similar(chunks, 0.7)
-    assert ids(kept) == ['d#0', 'd#2']
-    assert decisions(dropped) == {'d#1': ('similarity', 'd#0'), 'e#0': ('similarity', 'd#0')}
-
-
-def test_similarity_keep_rule_prefers_salient_and_most_similar():
-    chunks = [
-        make('a', 0, embedding=unit(1, 0, 0)),
-        make('b', 0, embedding=unit(1, 0.05, 0), salience=0.5),
-        make('c', 0, embedding=unit(1, 0.1, 0)),
-    ]
-    kept, dropped = drop_similar(chunks, 0.95)
-    assert ids(kept) == ['b#0']
-    assert decisions(dropped) == {'a#0': ('similarity', 'b#0'), 'c#0': ('similarity', 'b#0')}
-
-
-def test_identical_vectors_reach_threshold_one():
-    v = unit(0.3, 0.5, 0.7, 0.11)
-    kept, dropped = drop_similar([make('a', 0, embedding=v), make('b', 0, embedding=v)], 1.0)
-    assert ids(kept) == ['a#0'] and len(dropped) == 1
-
-
-def test_similarity_topics_and_ner_conditions():
-    ents = ('ORG:sega', 'GPE:japan')
-    a = make('d', 0, embedding=unit(1, 0, 0), topic=0, entities=ents)
-    b = make('d', 1, embedding=unit(1, 0.1, 0), topic=1, entities=('ORG:sega',))
-    c = make('d', 2, embedding=unit(1, 0.1, 0.05), topic=0, entities=('PERSON:kurt',))
-    n = make('d', 3, embedding=unit(1, 0.05, 0.1), topic=0, entities=())
-    chunks = [a, b, c, n]
-    assert ids(drop_similar(chunks, 0.9)[0]) == ['d#0']
-    kept, dropped = drop_similar(chunks, 0.9, require_same_topic=True)
-    assert ids(kept) == ['d#0', 'd#1']
-    assert {d.reason for d in dropped} == {'similarity_topics'}
-    kept, dropped = drop_similar(chunks, 0.9, require_shared_entity=True)
-    assert ids(kept) == ['d#0', 'd#2', 'd#3']  # no shared entity, or none at all
-    assert decisions(dropped) == {'d#1': ('similarity_ner', 'd#0')}
-    kept, dropped = drop_similar(chunks, 0.9, require_same_topic=True, require_shared_entity=True)
-    assert ids(kept) == ids(chunks)
-    with pytest.raises(ValueError):
-        drop_similar([make('d', 0, embedding=unit(1, 0))], 0.9, require_same_topic=True)
-    with pytest.raises(ValueError):
-        drop_similar([make('d', 0)], 0.9)
-
-
-def test_similar_pairs_match_brute_force():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(300, 16)).astype(np.float32)
-    x[100:110] = x[0] + rng.normal(scale=0.05, size=(10, 16))
-    unit_x = x / np.linalg.norm(x, axis=1, keepdims=True)
-    sims = unit_x.astype(np.float64) @ unit_x.astype(np.float64).T
-    found = similar_pairs(x, 0.5)
-    for i in range(len(x)):
-        expected = [j for j in range(len(x)) if j != i and sims[i, j] >= 0.5]
-        assert [j for j, _ in found[i]] == expected
-
-
-def test_same_entities_different_facts(embedding_model):
-    from transforms.embedding import embed_texts
-
-    texts = [
-        'Apple reported revenue of 90 billion dollars in the first quarter, according to Tim Cook.',
-        'Tim Cook announced that Apple will open a new campus next year.',
-        'The Eiffel Tower in Paris was completed in 1889 for the World Fair.',
-        'Completed in 1889 for the World Fair, the Eiffel Tower stands in Paris.',
-    ]
-    ents = [
-        ('ORG:apple', 'PERSON:tim cook'),
-        ('ORG:apple', 'PERSON:tim cook'),
-        ('FAC:the eiffel tower', 'GPE:paris', 'EVENT:the world fair'),
-        ('FAC:the eiffel tower', 'GPE:paris', 'EVENT:the world fair'),
-    ]
-    vectors = embed_texts(embedding_model, texts)
-    chunks = [make('d', i, t, embedding=v, entities=e) for i, (t, v, e) in enumerate(zip(texts, vectors, ents))]
-    kept, dropped = drop_similar(chunks, 0.9)
-    assert decisions(dropped) == {'d#3': ('similarity', 'd#2')}  # the paraphrase only
-    kept, dropped = drop_ner_exact(chunks)
-    assert decisions(dropped) == {'d#1': ('ner_exact', 'd#0'), 'd#3': ('ner_exact', 'd#2')}
-
-
-# --- intra_doc -------------------------------------------------------------------
-
-
-def test_salience_definition():
-    # Cosine to the document's mean embedding, clipped to [0, 1]; not rescaled.
-    assert salience(np.array([[0.0, 1.0]])).tolist() == [1.0]
-    np.testing.assert_allclose(salience(np.array([[1.0, 0.0], [0.0, 1.0]])), [0.5**0.5] * 2)
-    assert salience(np.array([[1.0, 0.0], [-1.0, 0.0]])).tolist() == [1.0, 1.0]  # zero mean
-    x = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]])
-    s = salience(x)
-    unit_x = x / np.linalg.norm(x, axis=1, keepdims=True)
-    mean = unit_x.mean(axis=0)
-    np.testing.assert_allclose(s, unit_x @ mean / np.linalg.norm(mean))
-    assert 0.0 < s.min() < s.max() < 1.0  # the least central chunk is not forced to 0
-    away = salience(np.array([[1.0, 0.0], [1.0, 0.1], [-1.0, 0.05]]))
-    assert away[2] == 0.0 and away[0] > 0.5  # pointing away from the mean: clipped
-    assert salience(np.zeros((0, 3))).shape == (0,)
-
-
-def doc_with_groups():
-    """A central group of three plus an exact copy, a side group of three, an outlier.
-
-    Paraphrases lean symmetrically off their group's direction, so the
-    unperturbed chunk of each group is its most central (its keeper).
-    """
-    a = unit(1, 0, 0, 0)
-    return [
-        make('doc', 0, 'side keeper', embedding=unit(0, 1, 0, 0)),
-        make('doc', 1, 'main keeper', embedding=a),
-        make('doc', 2, 'main paraphrase one', embedding=unit(1, 0, 0.1, 0)),
-        make('doc', 3, 'MAIN  keeper', embedding=a),  # same content_hash as doc#1
-        make('doc', 4, 'side paraphrase one', embedding=unit(0, 1, 0.15, 0)),
-        make('doc', 5, 'outlier', embedding=unit(0, 0, 0, 1)),
-        make('doc', 6, 'main paraphrase two', embedding=unit(1, 0, -0.1, 0)),
-        make('doc', 7, 'side paraphrase two', embedding=unit(0, 1, -0.15, 0)),
-    ]
-
-
-@pytest.mark.parametrize('mode,raised', [('linear', 0.30), ('log', 0.15 * math.log2(3))])
-def test_intra_doc_boosts_near_duplicates(mode, raised):
-    chunks = doc_with_groups()
-    base = salience(np.stack([c.embedding for c in chunks]))
-    assert base[5] < 0.25 and base[1] == base[3] == base.max() and 0.25 < base[0] < 0.7
-    kept, dropped = intra_doc(chunks, min_salience=0.25, mode=mode)
-    assert ids(kept) == ['doc#0', 'doc#1']  # chunk order
-    assert decisions(dropped) == {
-        'doc#2': ('intra_doc_near', 'doc#1'),
-        'doc#3': ('intra_doc_exact', 'doc#1'),
-        'doc#4': ('intra_doc_near', 'doc#0'),
-        'doc#5': ('intra_doc_low_salience', None),
-        'doc#6': ('intra_doc_near', 'doc#1'),
-        'doc#7': ('intra_doc_near', 'doc#0'),
-    }
-    assert kept[0].salience == pytest.approx(base[0] + raised)
-    assert kept[1].salience == 1.0  # 1.0 + boost, capped
-    low = next(d for d in dropped if d.reason == 'intra_doc_low_salience')
-    assert low.chunk.salience == low.score == pytest.approx(base[5])
-
-
-def test_intra_doc_exact_duplicates_do_not_boost():
-    a = unit(1, 0, 0)
-    chunks = [
-        make('doc', 0, 'Contact us at info@example.com', embedding=a),
-        make('doc', 1, 'Contact us at info@example.com', embedding=a),
-        make('doc', 2, 'Something else entirely', embedding=unit(0, 1, 0)),
-        make('doc', 3, 'And a third topic', embedding=unit(0, 0, 1)),
-    ]
-    kept, dropped = intra_doc(chunks, min_salience=0.0)
-    base = salience(np.stack([c.embedding for c in chunks]))
-    assert [c.salience for c in kept] == pytest.approx([base[0], base[2], base[3]])
-    assert decisions(dropped) == {'doc#1': ('intra_doc_exact', 'doc#0')}
-
-
-@pytest.mark.parametrize('mode,raised', [('linear', 0.05 * 4), ('log', 0.05 * math.log2(5))])
-def test_intra_doc_boost_by_number_merged(mode, raised):
-    main = [unit(1, 0, 0, 0, 0)] + [unit(1, 0, 0, d, 0) for d in (0.05, -0.05, 0.1, -0.1, 0.15, -0.15)]
-    side = [unit(0, 1, 0, 0, 0)] + [unit(0, 1, 0, 0, e) for e in (0.05, -0.05, 0.1, -0.1)]
-    vectors = main + side + [unit(0, 0, 1, 0, 0)]
-    chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(vectors)]
-    base = salience(np.stack(vectors))
-    kept, dropped = intra_doc(chunks, boost=0.05, mode=mode)
-    assert ids(kept) == ['doc#0', 'doc#7', 'doc#12']  # the outlier is off-centre, not off-topic
-    assert kept[1].salience == pytest.approx(base[7] + raised) and kept[1].salience < 1.0
-    assert sum(d.duplicate_of == 'doc#7' for d in dropped) == 4
-
-
-def test_intra_doc_keeps_the_least_central_chunk_unless_off_topic():
-    # Salience is not min-max scaled: distinct chunks all keep their place ...
-    chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(np.eye(3) + 0.1 * np.arange(3))]
-    kept, dropped = intra_doc(chunks)
-    assert len(kept) == 3 and not dropped
-    # ... and only a chunk pointing away from the document (salience ~0) is dropped.
-    away = chunks + [make('doc', 3, 'away', embedding=unit(-1, -1, -1))]
-    kept, dropped = intra_doc(away)
-    assert len(kept) == 3 and decisions(dropped) == {'doc#3': ('intra_doc_low_salience', None)}
-
-
-def test_intra_doc_edge_cases():
-    only = make('doc', 0, embedding=unit(1, 0))
-    kept, dropped = intra_doc([only])
-    assert kept[0].salience == 1.0 and not dropped
-    no_vec = make('doc', 1)
-    kept, dropped = intra_doc([only, no_vec])
-    assert kept[1] == no_vec and not dropped
-    assert intra_doc([]) == ([], [])
-    with pytest.raises(ValueError):
-        intra_doc([only, make('other', 0, embedding=unit(1, 0))])
-    with pytest.raises(ValueError):
-        intra_doc([only], mode='exp')
 
 
 # --- topics ----------------------------------------------------------------------

@@ -16,9 +16,11 @@ from tests.transforms.test_dedup import BOILERPLATE, OTHER, PARAGRAPH, TYPO, mak
 from transforms import dedup
 from transforms.features import AssignTopics, ComputeFeatures, ComputeMinhash, with_topics
 from transforms.filters.exact import drop_exact
+from transforms.filters.intra_doc import intra_doc, salience
 from transforms.filters.ner_exact import drop_ner_exact
 from transforms.filters.ner_half import drop_ner_half
 from transforms.filters.random_control import drop_random
+from transforms.filters.similarity import drop_similar
 from transforms.filter_chunks import (
     DROPPED,
     KEPT,
@@ -104,8 +106,8 @@ def test_intra_doc_group_reports_salience_lifts():
     chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(vectors)]
     config = dedup.FilterConfig(intra_doc_boost=0.5, intra_doc_boost_mode='linear', warn_salience=0.6)
     kept, dropped, lifted = intra_doc_group(chunks[::-1], dedup.FilterSpec('intra_doc'), config)
-    assert [c.chunk_id for c in kept] == [c.chunk_id for c in dedup.intra_doc(chunks, 0.9, boost=0.5, mode='linear')[0]]
-    base = dedup.salience(np.stack(vectors))
+    assert [c.chunk_id for c in kept] == [c.chunk_id for c in intra_doc(chunks, 0.9, boost=0.5, mode='linear')[0]]
+    base = salience(np.stack(vectors))
     # doc#1 is the more central of the pair, so it is kept and boosted (capped at 1.0).
     assert base[1] > base[0] and base[1] <= 0.6
     assert lifted == [('doc#1', pytest.approx(base[1]), 1.0)]
@@ -160,7 +162,7 @@ def test_drop_intra_doc_redundancy_per_document():
     spec = dedup.FilterSpec('intra_doc', 0.9)
     kept, dropped = [], []
     for doc in sorted({c.doc_id for c in chunks}):
-        k, d = dedup.intra_doc([c for c in chunks if c.doc_id == doc], 0.9)
+        k, d = intra_doc([c for c in chunks if c.doc_id == doc], 0.9)
         kept += k
         dropped += d
     assert dropped
@@ -176,7 +178,7 @@ def pure_global(name, chunks):
         return drop_ner_exact(ordered)
     if name == 'ner_half':
         return drop_ner_half(ordered)
-    return dedup.drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
+    return drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
 
 
 @pytest.mark.parametrize('max_posting', [2_000, 1])
