@@ -44,7 +44,7 @@ def true_pairs(scores: np.ndarray, threshold: float) -> set:
 
 
 def minhash_recall(texts, thresholds):
-    from transforms.dedup import candidate_pairs_from_buckets
+    from transforms.filters.minhash import candidate_pairs_from_buckets
     from transforms.minhash import MinHashConfig, band_keys, lsh_bands, signatures
 
     started = time.perf_counter()

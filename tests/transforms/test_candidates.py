@@ -1,4 +1,4 @@
-"""Candidate pairs without gathering: cluster candidates, verified edges, the greedy rule, bounded LSH buckets."""
+"""Candidate pairs without gathering: cluster candidates, verified edges, the greedy rule."""
 
 import numpy as np
 import pytest
@@ -68,15 +68,6 @@ def test_hot_groups_are_split_in_keep_order():
     assert [len(b) for b in blocks] == [7] * 8 + [4]
     flat = [m.chunk_id for b in blocks for m in b]
     assert flat == [m.chunk_id for m in sorted(members, key=lambda m: (m.keep_key, m.chunk_id))]
-
-
-def test_bucket_verification_is_linear_in_the_bucket():
-    sig = np.arange(128, dtype=np.uint64)
-    members = [dedup.BandMember(f'c{i:04d}', (0.0, f'c{i:04d}', 0), sig) for i in range(500)]
-    edges = dedup.bucket_edges(members, 0.8)
-    # Each member after the first is linked to at most the 3 anchors and its predecessor.
-    assert len(edges) == 1 + 2 + 3 + 496 * 4
-    assert set(dedup.minhash_keepers(edges).values()) == {'c0000'}
 
 
 def test_topics_train_on_a_bounded_sample(monkeypatch):

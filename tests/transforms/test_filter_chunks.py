@@ -17,6 +17,7 @@ from transforms import dedup
 from transforms.features import AssignTopics, ComputeFeatures, ComputeMinhash, with_topics
 from transforms.filters.exact import drop_exact
 from transforms.filters.intra_doc import intra_doc, salience
+from transforms.filters.minhash import drop_minhash_groups
 from transforms.filters.ner_exact import drop_ner_exact
 from transforms.filters.ner_half import drop_ner_half
 from transforms.filters.random_control import drop_random
@@ -94,7 +95,7 @@ def test_lsh_buckets_and_components_match_the_pure_filter():
     assert not any(m.chunk_id == 'z#2' for ms in buckets.values() for m in ms)  # empty text
     edges = [e for item in buckets.items() for e in verified_edges(item, 0.7)]
     got = resolve_components(edges)
-    _, dropped = dedup.drop_minhash_groups(chunks, 0.7)
+    _, dropped = drop_minhash_groups(chunks, 0.7)
     assert got == sorted((d.chunk.chunk_id, d.duplicate_of) for d in dropped)
     with pytest.raises(ValueError, match='no minhash'):
         list(band_entries(make('x', 0), b, r))
@@ -147,7 +148,7 @@ def test_drop_exact_duplicates():
 def test_drop_near_duplicates_matches_pure_filter(threshold):
     chunks = mixed_corpus() + with_minhash([make('z', 0, PARAGRAPH), make('z', 1, TYPO), make('z', 2, '')])
     b, r = MinHashConfig(threshold=threshold).bands()
-    expected = expect(dedup.drop_minhash_groups(chunks, threshold))
+    expected = expect(drop_minhash_groups(chunks, threshold))
     assert expected[1]  # there is something to find
     run_filter(chunks, DropNearDuplicates(threshold, b, r))(*expected)
 
@@ -221,7 +222,7 @@ def test_filter_chunks_in_sequence_accounts_for_every_chunk():
     chunks = mixed_corpus()
     config = dedup.FilterConfig(specs=tuple(dedup.parse_filters('exact,minhash@0.7,random@0.3')))
     kept, dropped_exact = drop_exact(chunks)
-    kept, dropped_minhash = dedup.drop_minhash_groups(kept, 0.7)
+    kept, dropped_minhash = drop_minhash_groups(kept, 0.7)
     kept, dropped_random = drop_random(kept, 0.3, 0)
     expected = expect((kept, dropped_exact + dropped_minhash + dropped_random))
     assert len(expected[0]) + len(expected[1]) == len(chunks)
