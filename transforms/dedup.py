@@ -1,18 +1,18 @@
-"""Redundant-chunk filters as pure functions: each splits chunks into kept and dropped.
+"""What the redundancy filters share: their selection and settings, the keep rule, the in-memory dispatch.
 
-Every filter returns `(kept, dropped)` with `len(kept) + len(dropped) ==
-len(chunks)`, both in input order, and each `Dropped` names the filter, the
-kept chunk it duplicates and the score behind the decision. Which chunk of a
-redundant group survives is decided everywhere by one rule, `keep_order_key`.
-The filters are those of the chunk-filtering study (Section 3.5: ExactNorm,
-MinHash-LSH, Random, Similarity [+ Topics] [+ NER], NER Exact, NER Half) plus
-`intra_doc`, the ingestion phase of the klarRAG dedup design.
+Holds `FilterSpec`, `parse_filters` and `FilterConfig` (which filters run,
+in order, with what settings), `keep_order_key` (the one rule deciding which
+chunk of a redundant group survives), the helpers the decisions share and
+`apply_filter`. Each filter's pure decision lives in its module of
+`transforms.filters` (the study's filters, Section 3.5, plus klarRAG's
+`intra_doc`) and returns `(kept, dropped)`: `len(kept) + len(dropped) ==
+len(chunks)`, both in input order, each `Dropped` naming the filter, the kept
+chunk it duplicates and the score behind the decision.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from typing import Optional, Sequence
 
@@ -151,7 +151,7 @@ class FilterConfig:
       entity_batch_size: Texts per `nlp.pipe` batch (default 64).
       random_seed: Seed of the `random` filter (default 0).
       n_topics: KMeans clusters for the `*_topics` filters; None picks
-        `default_n_topics(n)`.
+        `topics.default_n_topics(n)`.
       topic_seed: KMeans random state (default 0).
       intra_doc_min_salience: `intra_doc` drops chunks below this salience
         (default 0.05).
@@ -286,98 +286,6 @@ def unit_rows(embeddings: np.ndarray) -> np.ndarray:
         raise ValueError(f'embeddings must be a 2-D array, got shape {x.shape}')
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms > 0, norms, 1.0)
-
-
-def default_n_topics(n: int) -> int:
-    """Returns `round(sqrt(n / 2))` clipped to [1, 64]: ~20 topics for 800 chunks."""
-    return int(min(64, max(1, round(math.sqrt(n / 2)))))
-
-
-# KMeans for the `*_topics` filters is trained on at most this many chunks:
-# 20k unit vectors of 384 float64 are ~60 MB, whatever the corpus size, and
-# 20k points are far more than 64 centroids need. The sample is chosen by a
-# stable hash of chunk_id, so it is the same on every runner and run.
-TOPIC_SAMPLE = 20_000
-
-
-def sample_rank(chunk_id: str) -> bytes:
-    """The sampling rank of a chunk: models trained on a bounded sample take the smallest."""
-    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'sample').digest()
-
-
-def train_topics(sample: np.ndarray, n_total: int, n_topics: Optional[int] = None, seed: int = 0):
-    """Trains the topic model on a sample of embeddings (canonical order).
-
-    Seeded k-means (scikit-learn `KMeans`, k-means++ init, 4 fixed inits) on
-    the unit vectors. KMeans rather than HDBSCAN (as in BERTopic) because it
-    puts every chunk in a topic, whereas HDBSCAN's noise label would need its
-    own rule in "same topic" comparisons; because the number of topics is
-    fixed and reproducible from the seed; and because a model trained on a
-    bounded sample assigns every other chunk on its own (`assign_topics`).
-
-    Args:
-      sample: `(m, dim)` vectors, at most `TOPIC_SAMPLE` of them.
-      n_total: Chunks in the corpus, for `default_n_topics`.
-      n_topics: Number of topics; defaults to `default_n_topics(n_total)`,
-        and is capped at the sample size.
-      seed: KMeans random state.
-
-    Returns:
-      The fitted model, or None when there is one topic (or no chunk).
-
-    Raises:
-      ValueError: If `n_topics` is not positive.
-    """
-    from sklearn.cluster import KMeans
-
-    if n_topics is not None and n_topics <= 0:
-        raise ValueError(f'n_topics must be > 0, got {n_topics}')
-    k = min(len(sample), n_topics if n_topics is not None else default_n_topics(n_total))
-    if k <= 1:
-        return None
-    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit(unit_rows(sample))
-
-
-def assign_topics(model, embeddings: np.ndarray) -> np.ndarray:
-    """`(n,)` int64 topic ids: each unit embedding's nearest centroid (0 without a model)."""
-    if model is None or not len(embeddings):
-        return np.zeros(len(embeddings), dtype=np.int64)
-    return model.predict(unit_rows(embeddings)).astype(np.int64)
-
-
-def topics(
-    embeddings: np.ndarray, n_topics: Optional[int] = None, seed: int = 0,
-    chunk_ids: Optional[Sequence[str]] = None,
-) -> np.ndarray:
-    """Assigns each embedding a topic id, for the `*_topics` filters.
-
-    The model is trained on the rows whose `sample_rank` is among the
-    `TOPIC_SAMPLE` smallest (all rows for a smaller corpus), kept in the
-    given order, then every row is assigned (`train_topics`, `assign_topics`):
-    what the build's `AssignTopics` does with Beam.
-
-    Args:
-      embeddings: `(n, dim)` vectors, in canonical chunk order.
-      n_topics: Number of topics; defaults to `default_n_topics(n)`.
-      seed: KMeans random state.
-      chunk_ids: The rows' chunk ids, needed to sample a corpus larger than
-        `TOPIC_SAMPLE`.
-
-    Returns:
-      `(n,)` int64 topic ids in `[0, n_topics)`.
-
-    Raises:
-      ValueError: If `n_topics` is not positive, or a large corpus has no chunk_ids.
-    """
-    n = len(embeddings)
-    rows = np.arange(n)
-    if n > TOPIC_SAMPLE:
-        if chunk_ids is None:
-            raise ValueError(f'sampling {n} > {TOPIC_SAMPLE} embeddings needs their chunk_ids')
-        ranks = sorted(rows, key=lambda i: sample_rank(chunk_ids[i]))
-        rows = np.sort(np.array(ranks[:TOPIC_SAMPLE]))
-    model = train_topics(np.asarray(embeddings)[rows], n, n_topics, seed)
-    return assign_topics(model, np.asarray(embeddings))
 
 
 def apply_filter(

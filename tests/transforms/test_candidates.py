@@ -68,15 +68,3 @@ def test_hot_groups_are_split_in_keep_order():
     assert [len(b) for b in blocks] == [7] * 8 + [4]
     flat = [m.chunk_id for b in blocks for m in b]
     assert flat == [m.chunk_id for m in sorted(members, key=lambda m: (m.keep_key, m.chunk_id))]
-
-
-def test_topics_train_on_a_bounded_sample(monkeypatch):
-    chunks = near_copies()
-    vectors = np.stack([c.embedding for c in chunks])
-    ids = [c.chunk_id for c in chunks]
-    full = dedup.topics(vectors, 4, 0, ids)
-    monkeypatch.setattr(dedup, 'TOPIC_SAMPLE', 30)
-    sampled = dedup.topics(vectors, 4, 0, ids)
-    assert sampled.shape == full.shape and set(sampled.tolist()) <= set(range(4))
-    with pytest.raises(ValueError, match='chunk_ids'):
-        dedup.topics(vectors, 4, 0)

@@ -5,14 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from transforms.dedup import (
-    FilterSpec,
-    apply_filter,
-    default_n_topics,
-    keep_order_key,
-    parse_filters,
-    topics,
-)
+from transforms.dedup import FilterSpec, apply_filter, keep_order_key, parse_filters
 from transforms.filters.exact import drop_exact
 from transforms.filters.intra_doc import intra_doc
 from transforms.filters.minhash import drop_minhash_groups
@@ -116,26 +109,6 @@ def test_keep_order_key():
     c = make('a', 1, salience=0.0)
     d = make('a', 2, salience=0.9)
     assert sorted([a, b, c, d], key=keep_order_key) == [d, a, b, c]
-
-
-# --- topics ----------------------------------------------------------------------
-
-
-def test_topics_separate_clusters_deterministically():
-    rng = np.random.default_rng(0)
-    x = np.concatenate([
-        unit(1, 0, 0) + rng.normal(scale=0.05, size=(20, 3)),
-        unit(0, 1, 0) + rng.normal(scale=0.05, size=(20, 3)),
-    ])
-    t = topics(x, 2, seed=0)
-    assert t.dtype == np.int64 and len(set(t[:20])) == 1 and len(set(t[20:])) == 1 and t[0] != t[20]
-    assert topics(x, 2, seed=0).tolist() == t.tolist()
-    assert topics(x[:1]).tolist() == [0]
-    assert topics(np.zeros((0, 3))).shape == (0,)
-    assert [default_n_topics(n) for n in (1, 8, 800, 10**6)] == [1, 2, 20, 64]
-    assert len(topics(x)) == 40
-    with pytest.raises(ValueError):
-        topics(x, 0)
 
 
 # --- accounting ------------------------------------------------------------------

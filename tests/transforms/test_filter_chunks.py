@@ -1,4 +1,4 @@
-"""The filter and feature transforms on hand-made chunks, against the pure dedup functions.
+"""The filter and feature transforms on hand-made chunks, against the pure filter decisions.
 
 The unit under test here is the Beam wiring (grouping, side inputs, tagged
 outputs, counters), not the embedding model: embeddings are small hand-made
@@ -15,13 +15,6 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.transforms.test_dedup import BOILERPLATE, OTHER, PARAGRAPH, TYPO, make, mixed_corpus, unit, with_minhash
 from transforms import dedup
 from transforms.features import AssignTopics, ComputeFeatures, ComputeMinhash, with_topics
-from transforms.filters.exact import drop_exact
-from transforms.filters.intra_doc import intra_doc, salience
-from transforms.filters.minhash import drop_minhash_groups
-from transforms.filters.ner_exact import drop_ner_exact
-from transforms.filters.ner_half import drop_ner_half
-from transforms.filters.random_control import drop_random
-from transforms.filters.similarity import drop_similar
 from transforms.filter_chunks import (
     DROPPED,
     KEPT,
@@ -37,7 +30,15 @@ from transforms.filter_chunks import (
     step_label,
 )
 from transforms.filter_pairs import DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
+from transforms.filters.exact import drop_exact
+from transforms.filters.intra_doc import intra_doc, salience
+from transforms.filters.minhash import drop_minhash_groups
+from transforms.filters.ner_exact import drop_ner_exact
+from transforms.filters.ner_half import drop_ner_half
+from transforms.filters.random_control import drop_random
+from transforms.filters.similarity import drop_similar
 from transforms.minhash import MinHashConfig, signatures
+from transforms.topics import topics
 from transforms.types import Chunk, Dropped
 
 
@@ -259,7 +260,7 @@ def test_compute_features_only_those_asked_for():
         # The chunks carry their embedding already (as from the feature cache).
         out = (p | beam.Create(chunks) | ComputeFeatures(config, ('entities', 'topics'))
                | 'Features' >> beam.Map(features_of))
-        topic_ids = [int(t) for t in dedup.topics(np.stack([c.embedding for c in chunks]), 2)]
+        topic_ids = [int(t) for t in topics(np.stack([c.embedding for c in chunks]), 2)]
         assert_that(out, equal_to([
             ('d#0', ('FAC:macarthur park', 'FAC:the tower building of', 'GPE:arkansas', 'GPE:little rock',
                      "GPE:little rock's", 'ORG:the little rock arsenal', 'ORG:the u.s. arsenal building'),
