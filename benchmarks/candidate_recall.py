@@ -5,9 +5,9 @@ threshold compares the pairs the filters' candidate generation finds with
 every pair that truly passes:
 - minhash: pairs sharing an LSH band key vs all pairs with estimated
   Jaccard >= threshold (numpy, all pairs);
-- similarity: FAISS range search (dedup.similar_pairs, the evaluation's
-  path) and the build's cluster candidates (transforms.candidates: seeded
-  KMeans, pairs within each chunk's nearest clusters) vs all pairs with
+- similarity: FAISS range search (filters.similarity.similar_pairs, the
+  evaluation's path) and the build's cluster candidates (transforms.candidates:
+  seeded KMeans, pairs within each chunk's nearest clusters) vs all pairs with
   cosine >= threshold (numpy, all pairs; needs the embeddings, --similarity).
   The cluster candidates are measured at the build's cluster size and at
   smaller ones (--cluster_sizes): a corpus of a few thousand chunks has only
@@ -44,7 +44,7 @@ def true_pairs(scores: np.ndarray, threshold: float) -> set:
 
 
 def minhash_recall(texts, thresholds):
-    from transforms.dedup import candidate_pairs_from_buckets
+    from transforms.filters.minhash import candidate_pairs_from_buckets
     from transforms.minhash import MinHashConfig, band_keys, lsh_bands, signatures
 
     started = time.perf_counter()
@@ -87,7 +87,7 @@ def cluster_candidates(vectors, cluster_size, probes):
 
 
 def similarity_recall(texts, thresholds, cluster_sizes, probes):
-    from transforms.dedup import similar_pairs
+    from transforms.filters.similarity import similar_pairs
     from transforms.embedding import embed_texts
     from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 

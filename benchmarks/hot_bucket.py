@@ -3,9 +3,9 @@
 One boilerplate paragraph repeated N times with one word changed in each copy
 (a different word position and replacement per copy) puts N near-duplicates
 in the same LSH buckets. Signatures are computed first (timed apart); then
-the minhash filter (`dedup.drop_minhash_groups`: the same band keys,
-`bucket_edges` and `minhash_keepers` the build's DropNearDuplicates runs) is
-timed. Verification is O(n) per bucket, so time per chunk should stay flat.
+the minhash filter (`filters.minhash.drop_minhash_groups`: the same band
+keys, `bucket_edges` and `minhash_keepers` the build's DropNearDuplicates
+runs) is timed. Verification is O(n) per bucket, so time per chunk should stay flat.
 
     python benchmarks/hot_bucket.py [--sizes 25000,50000,100000]
 """
@@ -37,7 +37,7 @@ def main():
     parser.add_argument('--threshold', type=float, default=0.8, help='The minhash threshold.')
     args = parser.parse_args()
 
-    from transforms import dedup
+    from transforms.filters.minhash import drop_minhash_groups
     from transforms.minhash import MinHashConfig, signatures
     from transforms.types import Chunk
     from transforms.text import content_hash
@@ -53,7 +53,7 @@ def main():
                         char_end=len(t), n_tokens=len(t.split()), content_hash=content_hash(t), minhash=s)
                   for i, (t, s) in enumerate(zip(texts, sigs))]
         started = time.perf_counter()
-        kept, dropped = dedup.drop_minhash_groups(chunks, args.threshold)
+        kept, dropped = drop_minhash_groups(chunks, args.threshold)
         filter_s = time.perf_counter() - started
         print(f'| {n} | {sig_s:.1f} | {filter_s:.1f} | {filter_s / n * 1e6:.0f} | {len(kept)} |', flush=True)
 

@@ -40,7 +40,7 @@ MAX_EARLIER = 32
 # Candidate scores come from float32 products; the margin covers their error
 # before each passing pair is re-scored in float64.
 _MARGIN = 1e-3
-# Cosines of identical vectors can come out as 0.99999994 (as dedup._SIM_EPS).
+# Cosines of identical vectors can come out as 0.99999994 (as dedup.SIM_EPS).
 _SIM_EPS = 1e-6
 
 

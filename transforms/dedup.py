@@ -1,30 +1,27 @@
-"""Redundant-chunk filters as pure functions: each splits chunks into kept and dropped.
+"""What the redundancy filters share: their selection and settings, the keep rule, the in-memory dispatch.
 
-Every filter returns `(kept, dropped)` with `len(kept) + len(dropped) ==
-len(chunks)`, both in input order, and each `Dropped` names the filter, the
-kept chunk it duplicates and the score behind the decision. Which chunk of a
-redundant group survives is decided everywhere by one rule, `keep_order_key`.
-The filters are those of the chunk-filtering study (Section 3.5: ExactNorm,
-MinHash-LSH, Random, Similarity [+ Topics] [+ NER], NER Exact, NER Half) plus
-`intra_doc`, the ingestion phase of the klarRAG dedup design.
+Holds `FilterSpec`, `parse_filters` and `FilterConfig` (which filters run,
+in order, with what settings), `keep_order_key` (the one rule deciding which
+chunk of a redundant group survives), the helpers the decisions share and
+`apply_filter`. Each filter's pure decision lives in its module of
+`transforms.filters` (the study's filters, Section 3.5, plus klarRAG's
+`intra_doc`) and returns `(kept, dropped)`: `len(kept) + len(dropped) ==
+len(chunks)`, both in input order, each `Dropped` naming the filter, the kept
+chunk it duplicates and the score behind the decision.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import hashlib
 import math
-from typing import Hashable, Iterable, Optional, Sequence, TypeVar
+from typing import Optional, Sequence
 
 import numpy as np
 
-from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL, entity_names
+from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms import scope
-from transforms.minhash import MinHashConfig, band_keys, is_empty_signature, lsh_bands
+from transforms.minhash import MinHashConfig
 from transforms.types import Chunk, Dropped
-
-T = TypeVar('T', bound=Hashable)
 
 # `cascade`: cheap lexical filters corpus-wide, then the per-document semantic one.
 CASCADE = ('exact', 'minhash', 'intra_doc')
@@ -32,14 +29,7 @@ CASCADE = ('exact', 'minhash', 'intra_doc')
 # Cosines are computed from float32 vectors, so a vector's cosine with an
 # identical copy can come out as 0.99999994; scores this close to the
 # threshold count as reaching it.
-_SIM_EPS = 1e-6
-# FAISS only proposes candidates (in float32); every pair is then re-scored in
-# float64, so its margin only has to exceed float32 error.
-_FAISS_MARGIN = 1e-3
-_FAISS_QUERY_BLOCK = 1024
-# A mean embedding shorter than this is float noise (chunks that cancel out).
-_SALIENCE_FLAT = 1e-9
-_SALIENCE_DECIMALS = 9
+SIM_EPS = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +151,7 @@ class FilterConfig:
       entity_batch_size: Texts per `nlp.pipe` batch (default 64).
       random_seed: Seed of the `random` filter (default 0).
       n_topics: KMeans clusters for the `*_topics` filters; None picks
-        `default_n_topics(n)`.
+        `topics.default_n_topics(n)`.
       topic_seed: KMeans random state (default 0).
       intra_doc_min_salience: `intra_doc` drops chunks below this salience
         (default 0.05).
@@ -269,272 +259,24 @@ def keep_order_key(chunk: Chunk) -> tuple[float, str, int]:
     return (-salience, chunk.doc_id, chunk.chunk_index)
 
 
-def _split(
+def kept_and_dropped(
     chunks: Sequence[Chunk], dropped: dict[int, Dropped]
 ) -> tuple[list[Chunk], list[Dropped]]:
+    """A filter's result from its drops by position: `(kept, dropped)`, both in input order."""
     kept = [c for i, c in enumerate(chunks) if i not in dropped]
     return kept, [dropped[i] for i in sorted(dropped)]
 
 
-def _keep_order(chunks: Sequence[Chunk]) -> list[int]:
+def keep_order(chunks: Sequence[Chunk]) -> list[int]:
+    """The chunks' positions by `keep_order_key`: the order the greedy filters visit them in."""
     return sorted(range(len(chunks)), key=lambda i: keep_order_key(chunks[i]))
 
 
-def drop_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """ExactNorm: drops chunks whose normalized text equals a kept chunk's.
-
-    Compares `content_hash` (a hash of `normalize_text`) corpus-wide.
-
-    Returns:
-      `(kept, dropped)`; reason `exact`, score 1.0.
-    """
-    keeper: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        j = keeper.get(chunk.content_hash)
-        if j is None or keep_order_key(chunk) < keep_order_key(chunks[j]):
-            keeper[chunk.content_hash] = i
-    dropped = {}
-    for i, chunk in enumerate(chunks):
-        j = keeper[chunk.content_hash]
-        if j != i:
-            dropped[i] = Dropped(chunk, 'exact', chunks[j].chunk_id, 1.0)
-    return _split(chunks, dropped)
-
-
-def candidate_pairs_from_buckets(buckets: Iterable[Iterable[T]]) -> list[tuple[T, T]]:
-    """Returns the distinct pairs of members sharing a bucket.
-
-    A bucket is the members of one LSH band key (e.g. the values of a Beam
-    `GroupByKey` on `band_keys`). Only members of a common bucket are paired,
-    so the cost is the sum of squared bucket sizes, not the square of the
-    corpus; exact copies should be dropped first (`drop_exact`) because
-    repeated boilerplate makes the largest buckets.
-
-    Args:
-      buckets: Groups of comparable, hashable member ids.
-
-    Returns:
-      Sorted unique `(a, b)` pairs with `a < b`.
-    """
-    pairs = set()
-    for bucket in buckets:
-        members = sorted(set(bucket))
-        for x in range(len(members)):
-            for y in range(x + 1, len(members)):
-                pairs.add((members[x], members[y]))
-    return sorted(pairs)
-
-
-def connected_components(nodes: Iterable[T], edges: Iterable[tuple[T, T]]) -> list[list[T]]:
-    """Groups nodes into the connected components of an undirected graph.
-
-    Union-find with path halving; the root of a set is always its smallest
-    member, so the result does not depend on edge order.
-
-    Args:
-      nodes: Comparable, hashable node ids (nodes only in `edges` are added).
-      edges: Pairs of node ids.
-
-    Returns:
-      Every component as a sorted list, singletons included, sorted by their
-      smallest member.
-    """
-    parent: dict[T, T] = {n: n for n in nodes}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            if rb < ra:
-                ra, rb = rb, ra
-            parent[rb] = ra
-    groups: dict[T, list[T]] = collections.defaultdict(list)
-    for n in list(parent):
-        groups[find(n)].append(n)
-    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
-
-
-# Each LSH bucket member is verified against this many first members of its
-# bucket in keep order (and its predecessor): O(n) per bucket, as datatrove links
-# consecutive signatures, instead of all pairs (quadratic in a hot bucket).
-LSH_ANCHORS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class BandMember:
-    """What an LSH bucket holds of a chunk: enough to verify and to pick keepers."""
-
-    chunk_id: str
-    keep_key: tuple
-    minhash: np.ndarray
-
-
-def band_members(chunk: Chunk, b: int, r: int) -> list[tuple[bytes, BandMember]]:
-    """`(band_key, BandMember)` for each LSH band of a chunk's signature.
-
-    Chunks with an empty shingle set are never grouped (two empty signatures
-    would estimate Jaccard 1.0).
-
-    Raises:
-      ValueError: If the chunk has no signature.
-    """
-    if chunk.minhash is None:
-        raise ValueError(f'chunk {chunk.chunk_id} has no minhash signature')
-    sig = np.asarray(chunk.minhash, np.uint64)
-    if is_empty_signature(sig):
-        return []
-    member = BandMember(chunk.chunk_id, keep_order_key(chunk), sig)
-    return [(key, member) for key in band_keys(sig, b, r)]
-
-
-def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """The share of MinHash values two signatures agree on."""
-    return float(np.count_nonzero(a == b)) / a.shape[0]
-
-
-def bucket_edges(
-    members: Iterable[BandMember], threshold: float, anchors: int = LSH_ANCHORS
-) -> list[tuple[str, tuple, str, tuple]]:
-    """The verified edges of one LSH bucket, in O(n) comparisons.
-
-    Members are sorted in keep order (then chunk_id, so runner order never
-    matters); each is compared with the bucket's first `anchors` members and
-    with its predecessor, and a pair is an edge when its estimated Jaccard is
-    at least `threshold`. All pairs would cost n^2/2 in a hot bucket (one
-    boilerplate paragraph with small changes); linking to the first members
-    and the predecessor connects the bucket's members that are near the
-    bucket's head or near each other in keep order, which is what the
-    components need. A pair of members that pass only with each other and
-    are neither anchors nor neighbours is missed (it may still meet in
-    another band's bucket).
-
-    Returns:
-      `(id_a, keep_key_a, id_b, keep_key_b)` edges, `a` before `b` in keep order.
-    """
-    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
-    edges = []
-    for y in range(1, len(ordered)):
-        b = ordered[y]
-        for x in sorted(set(range(min(anchors, y))) | {y - 1}):
-            a = ordered[x]
-            if estimated_jaccard(a.minhash, b.minhash) >= threshold:
-                edges.append((a.chunk_id, a.keep_key, b.chunk_id, b.keep_key))
-    return edges
-
-
-def minhash_keepers(edges: Iterable[tuple[str, tuple, str, tuple]]) -> dict[str, str]:
-    """Groups verified edges into connected components; each keeps its first chunk.
-
-    Returns:
-      `{dropped chunk_id: keeper chunk_id}`.
-    """
-    keys: dict[str, tuple] = {}
-    pairs = set()
-    for a, key_a, b, key_b in edges:
-        keys[a], keys[b] = key_a, key_b
-        pairs.add((a, b))
-    decisions = {}
-    for component in connected_components(sorted(keys), sorted(pairs)):
-        keeper = min(component, key=lambda i: (keys[i], i))
-        decisions.update({i: keeper for i in component if i != keeper})
-    return decisions
-
-
-def drop_minhash_groups(
-    chunks: Sequence[Chunk],
-    threshold: float = 0.8,
-    b: Optional[int] = None,
-    r: Optional[int] = None,
-) -> tuple[list[Chunk], list[Dropped]]:
-    """MinHash-LSH: keeps one chunk per group of lexical near-duplicates.
-
-    Chunks sharing an LSH band key are candidates, verified in O(n) per
-    bucket (`bucket_edges`); each connected component of the verified edges
-    keeps its first chunk by `keep_order_key` (`minhash_keepers`). The build
-    runs the same three functions with Beam (`filter_chunks.DropNearDuplicates`).
-    Components are transitive, so a dropped chunk may be linked to the kept
-    one only through others; its score is its own estimated Jaccard to the
-    kept one, which can then be below `threshold`. Chunks with an empty
-    shingle set (empty text) are never grouped.
-
-    Args:
-      chunks: Chunks with `minhash` set, all with one signature length and seed.
-      threshold: Estimated Jaccard threshold in (0, 1].
-      b: LSH bands; with `r`, defaults to `lsh_bands(threshold, num_perm)`.
-      r: Rows per band.
-
-    Returns:
-      `(kept, dropped)`; reason `minhash`.
-
-    Raises:
-      ValueError: If a chunk has no signature, or the parameters are out of range.
-    """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f'minhash threshold must be in (0, 1], got {threshold}')
-    if not chunks:
-        return [], []
-    missing = [c.chunk_id for c in chunks if c.minhash is None]
+def require_field(chunks: Sequence[Chunk], field: str) -> None:
+    """Raises ValueError if a chunk lacks `field` (a feature never computed)."""
+    missing = [c.chunk_id for c in chunks if getattr(c, field) is None]
     if missing:
-        raise ValueError(f'chunks without a minhash signature: {missing[:5]}')
-    if (b is None) != (r is None):
-        raise ValueError('give both b and r, or neither')
-    if b is None:
-        b, r = lsh_bands(threshold, len(chunks[0].minhash))
-    buckets: dict[bytes, list[BandMember]] = collections.defaultdict(list)
-    for chunk in chunks:
-        for key, member in band_members(chunk, b, r):
-            buckets[key].append(member)
-    edges = [e for members in buckets.values() if len(members) > 1 for e in bucket_edges(members, threshold)]
-    keepers = minhash_keepers(edges)
-    by_id = {c.chunk_id: i for i, c in enumerate(chunks)}
-    dropped = {}
-    for chunk_id, keeper_id in keepers.items():
-        i, k = by_id[chunk_id], by_id[keeper_id]
-        score = estimated_jaccard(np.asarray(chunks[i].minhash, np.uint64), np.asarray(chunks[k].minhash, np.uint64))
-        dropped[i] = Dropped(chunks[i], 'minhash', keeper_id, score)
-    return _split(chunks, dropped)
-
-
-def random_unit(chunk_id: str, seed: int) -> float:
-    """Returns a uniform value in [0, 1) from a seeded blake2b of the chunk id.
-
-    The same on every worker and run, unlike `hash()` or `random`.
-    """
-    digest = hashlib.blake2b(
-        chunk_id.encode('utf-8'), digest_size=8, key=str(seed).encode('utf-8')
-    ).digest()
-    return int.from_bytes(digest, 'big') / 2.0**64
-
-
-def drop_random(
-    chunks: Sequence[Chunk], ratio: float = 0.5, seed: int = 0
-) -> tuple[list[Chunk], list[Dropped]]:
-    """Random control: drops each chunk independently with probability `ratio`.
-
-    A chunk is dropped when `random_unit(chunk_id, seed) < ratio`, so the
-    decision for a chunk depends on nothing else, and the dropped fraction is
-    `ratio` in expectation (not exactly).
-
-    Returns:
-      `(kept, dropped)`; reason `random`, no duplicate_of or score.
-
-    Raises:
-      ValueError: If `ratio` is not in [0, 1].
-    """
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f'random ratio must be in [0, 1], got {ratio}')
-    dropped = {
-        i: Dropped(c, 'random')
-        for i, c in enumerate(chunks)
-        if random_unit(c.chunk_id, seed) < ratio
-    }
-    return _split(chunks, dropped)
+        raise ValueError(f'chunks without {field}: {missing[:5]}')
 
 
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
@@ -544,399 +286,6 @@ def unit_rows(embeddings: np.ndarray) -> np.ndarray:
         raise ValueError(f'embeddings must be a 2-D array, got shape {x.shape}')
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms > 0, norms, 1.0)
-
-
-def similar_pairs(embeddings: np.ndarray, threshold: float) -> list[list[tuple[int, float]]]:
-    """Finds, for each row, the other rows with cosine at least `threshold`.
-
-    FAISS `IndexFlatIP.range_search` over the unit rows proposes candidates
-    (exact search, in blocks of queries to bound memory); each candidate is
-    re-scored in float64 so the decision does not depend on BLAS blocking.
-
-    Args:
-      embeddings: `(n, dim)` vectors (normalized here).
-      threshold: Cosine threshold.
-
-    Returns:
-      Per row, `(other_row, cosine)` pairs sorted by row.
-    """
-    import faiss
-
-    x64 = unit_rows(embeddings)
-    n = x64.shape[0]
-    out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    if n < 2:
-        return out
-    x32 = np.ascontiguousarray(x64, dtype=np.float32)
-    index = faiss.IndexFlatIP(x32.shape[1])
-    index.add(x32)
-    for start in range(0, n, _FAISS_QUERY_BLOCK):
-        block = x32[start : start + _FAISS_QUERY_BLOCK]
-        lims, _, ids = index.range_search(block, float(threshold) - _FAISS_MARGIN)
-        for q in range(block.shape[0]):
-            i = start + q
-            others = np.sort(ids[lims[q] : lims[q + 1]])
-            others = others[others != i]
-            if others.size:
-                sims = x64[others] @ x64[i]
-                out[i] = [
-                    (int(j), float(s))
-                    for j, s in zip(others, sims)
-                    if s >= threshold - _SIM_EPS
-                ]
-    return out
-
-
-def drop_similar(
-    chunks: Sequence[Chunk],
-    threshold: float = 0.8,
-    require_same_topic: bool = False,
-    require_shared_entity: bool = False,
-) -> tuple[list[Chunk], list[Dropped]]:
-    """Similarity [+ Topics] [+ NER]: drops chunks semantically close to a kept one.
-
-    Chunks are visited in `keep_order_key` order and a chunk is dropped when
-    it is redundant with a chunk already *kept* (greedy). Redundant means
-    cosine >= `threshold`, and, if required, the same `topic` and at least
-    one shared entity name (`entity_names`). Greedy against kept chunks, not
-    connected components, so a chain a~b~c with a, c dissimilar keeps a and
-    c: nothing is removed unless something close to it stays in the index.
-    A chunk without entities is never dropped under `require_shared_entity`.
-
-    Args:
-      chunks: Chunks with `embedding` set (and `topic` / `entities` when
-        required).
-      threshold: Cosine threshold in (0, 1].
-      require_same_topic: Only compare chunks of the same topic.
-      require_shared_entity: Only compare chunks sharing an entity name.
-
-    Returns:
-      `(kept, dropped)`; reason `similarity`, `similarity_topics`,
-      `similarity_ner` or `similarity_topics_ner`; duplicate_of is the most
-      similar qualifying kept chunk, score its cosine.
-
-    Raises:
-      ValueError: If the threshold is out of range or a required feature is
-        missing.
-    """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f'similarity threshold must be in (0, 1], got {threshold}')
-    reason = 'similarity' + ('_topics' if require_same_topic else '') + (
-        '_ner' if require_shared_entity else ''
-    )
-    if not chunks:
-        return [], []
-    _require(chunks, 'embedding')
-    if require_same_topic:
-        _require(chunks, 'topic')
-    if require_shared_entity:
-        _require(chunks, 'entities')
-    names = [entity_names(c.entities) for c in chunks] if require_shared_entity else None
-    neighbours = similar_pairs(np.stack([c.embedding for c in chunks]), threshold)
-    order = _keep_order(chunks)
-    kept = [False] * len(chunks)
-    rank = {i: r for r, i in enumerate(order)}
-    dropped = {}
-    for i in order:
-        best = None
-        for j, sim in neighbours[i]:
-            if not kept[j]:
-                continue
-            if require_same_topic and chunks[j].topic != chunks[i].topic:
-                continue
-            if require_shared_entity and not names[i] & names[j]:
-                continue
-            if best is None or (sim, -rank[j]) > (best[1], -rank[best[0]]):
-                best = (j, sim)
-        if best is None:
-            kept[i] = True
-        else:
-            dropped[i] = Dropped(chunks[i], reason, chunks[best[0]].chunk_id, best[1])
-    return _split(chunks, dropped)
-
-
-def _require(chunks: Sequence[Chunk], field: str) -> None:
-    missing = [c.chunk_id for c in chunks if getattr(c, field) is None]
-    if missing:
-        raise ValueError(f'chunks without {field}: {missing[:5]}')
-
-
-def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """NER Exact: drops a chunk whose entity-name set equals a kept chunk's.
-
-    Set equality is transitive, so greedy in keep order means one chunk kept
-    per distinct non-empty set. Chunks without entities are always kept.
-
-    Returns:
-      `(kept, dropped)`; reason `ner_exact`, score 1.0.
-
-    Raises:
-      ValueError: If a chunk's `entities` were never extracted (None).
-    """
-    _require(chunks, 'entities')
-    first: dict[frozenset[str], int] = {}
-    dropped = {}
-    for i in _keep_order(chunks):
-        names = entity_names(chunks[i].entities)
-        if not names:
-            continue
-        if names in first:
-            dropped[i] = Dropped(chunks[i], 'ner_exact', chunks[first[names]].chunk_id, 1.0)
-        else:
-            first[names] = i
-    return _split(chunks, dropped)
-
-
-def drop_ner_half(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
-    """NER Half: drops a chunk when a kept chunk has at least half of its entity names.
-
-    Greedy in keep order: the overlap `|E(c) & E(k)| / |E(c)|` is counted for
-    kept chunks `k` only, found through an inverted index from entity name to
-    the kept chunks that have it. Chunks without entities are always kept.
-
-    Returns:
-      `(kept, dropped)`; reason `ner_half`; duplicate_of is the kept chunk
-      with the largest overlap (earliest in keep order on ties), score the
-      overlap fraction.
-
-    Raises:
-      ValueError: If a chunk's `entities` were never extracted (None).
-    """
-    _require(chunks, 'entities')
-    postings: dict[str, list[int]] = collections.defaultdict(list)
-    rank: dict[int, int] = {}
-    dropped = {}
-    for r, i in enumerate(_keep_order(chunks)):
-        names = entity_names(chunks[i].entities)
-        if not names:
-            continue
-        counts = collections.Counter(j for name in names for j in postings.get(name, ()))
-        best = min(counts.items(), key=lambda kv: (-kv[1], rank[kv[0]]), default=None)
-        if best is not None and best[1] / len(names) >= 0.5:
-            j, shared = best
-            dropped[i] = Dropped(chunks[i], 'ner_half', chunks[j].chunk_id, shared / len(names))
-            continue
-        rank[i] = r
-        for name in names:
-            postings[name].append(i)
-    return _split(chunks, dropped)
-
-
-def salience(embeddings: np.ndarray) -> np.ndarray:
-    """Centrality of each chunk within its document, in [0, 1].
-
-    The cosine of each (unit) embedding to the document's mean embedding,
-    clipped to [0, 1]: a chunk about what the document is about scores near
-    1.0, one unrelated to the rest near 0 (a chunk pointing away from the
-    mean is clipped to 0). A single chunk, or a zero mean, gets 1.0. The
-    value is absolute, not scaled within the document, so a document's least
-    central chunk is not forced to 0: `intra_doc`'s `min_salience` only drops
-    chunks that really are off-topic for their document. Values are rounded
-    to 9 decimals, so float error never decides the keep order.
-
-    Args:
-      embeddings: `(n, dim)` vectors of one document's chunks.
-
-    Returns:
-      `(n,)` float64 salience values.
-    """
-    x = unit_rows(embeddings) if len(embeddings) else np.zeros((0, 1))
-    n = x.shape[0]
-    if n == 0:
-        return np.zeros(0)
-    centroid = x.mean(axis=0)
-    norm = np.linalg.norm(centroid)
-    if n == 1 or norm <= _SALIENCE_FLAT:
-        return np.ones(n)
-    # Rounded so chunks equally central up to float error (e.g. the two chunks
-    # of any two-chunk document) tie, and `keep_order_key` then picks by position.
-    return np.round(np.clip(x @ (centroid / norm), 0.0, 1.0), _SALIENCE_DECIMALS)
-
-
-def intra_doc(
-    chunks: Sequence[Chunk],
-    threshold: float = 0.90,
-    min_salience: float = 0.05,
-    boost: float = 0.15,
-    mode: str = 'log',
-) -> tuple[list[Chunk], list[Dropped]]:
-    """klarRAG ingestion-phase dedup of one document's chunks.
-
-    1. Salience is computed from the embeddings (`salience`: cosine to the
-       document's mean embedding, clipped to [0, 1]); chunks below
-       `min_salience` are dropped (`intra_doc_low_salience`), i.e. chunks
-       nearly orthogonal to the rest of their document.
-    2. The rest are visited by salience, highest first, ties in chunk order.
-       A chunk whose cosine to an already kept chunk is >= `threshold` is
-       dropped in favour of the most similar kept one: with the same
-       `content_hash` as an exact duplicate (`intra_doc_exact`, no boost),
-       otherwise as a near-duplicate (`intra_doc_near`), which counts as one
-       more independent statement of the kept chunk's idea.
-    3. Each kept chunk's salience rises by `boost * n` (`mode='linear'`) or
-       `boost * log2(1 + n)` (`mode='log'`) for its `n` near-duplicates,
-       capped at 1.0. Boosts are applied after all decisions, so they do not
-       change the visiting order.
-
-    A chunk without an embedding cannot be compared and is kept unchanged,
-    as in the design.
-
-    Args:
-      chunks: The chunks of one document, with `embedding` set.
-      threshold: Cosine threshold in (0, 1] (design: 0.90).
-      min_salience: Salience below which chunks are dropped (design: 0.05).
-      boost: Salience added per near-duplicate (design: 0.15).
-      mode: `log` (design default, "Logarithmic") or `linear`.
-
-    Returns:
-      `(kept, dropped)` in chunk order; kept and dropped chunks carry their
-      computed (kept: boosted) salience.
-
-    Raises:
-      ValueError: If the chunks span several documents or an argument is out
-        of range.
-    """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f'intra_doc threshold must be in (0, 1], got {threshold}')
-    if not 0.0 <= min_salience <= 1.0:
-        raise ValueError(f'intra_doc min_salience must be in [0, 1], got {min_salience}')
-    if boost < 0.0:
-        raise ValueError(f'intra_doc boost must be >= 0, got {boost}')
-    if mode not in ('log', 'linear'):
-        raise ValueError(f"intra_doc mode must be 'log' or 'linear', got {mode!r}")
-    doc_ids = sorted({c.doc_id for c in chunks})
-    if len(doc_ids) > 1:
-        raise ValueError(f'intra_doc takes one document, got {doc_ids[:5]}')
-    current = list(chunks)
-    with_embedding = [i for i, c in enumerate(chunks) if c.embedding is not None]
-    if not with_embedding:
-        return current, []
-    vectors = unit_rows(np.stack([chunks[i].embedding for i in with_embedding]))
-    scores = salience(vectors)
-    row = {}
-    for r, (i, s) in enumerate(zip(with_embedding, scores)):
-        current[i] = dataclasses.replace(chunks[i], salience=float(s))
-        row[i] = r
-    dropped = {}
-    candidates = []
-    for i in with_embedding:
-        if current[i].salience < min_salience:
-            dropped[i] = Dropped(current[i], 'intra_doc_low_salience', None, current[i].salience)
-        else:
-            candidates.append(i)
-    selected: list[int] = []
-    merged: dict[int, int] = collections.defaultdict(int)
-    for i in sorted(candidates, key=lambda i: keep_order_key(current[i])):
-        if selected:
-            sims = vectors[[row[j] for j in selected]] @ vectors[row[i]]
-            best = int(np.argmax(sims))
-            if sims[best] >= threshold - _SIM_EPS:
-                j = selected[best]
-                if current[j].content_hash == current[i].content_hash:
-                    reason = 'intra_doc_exact'
-                else:
-                    reason = 'intra_doc_near'
-                    merged[j] += 1
-                dropped[i] = Dropped(current[i], reason, current[j].chunk_id, float(sims[best]))
-                continue
-        selected.append(i)
-    for j, n in merged.items():
-        raised = boost * n if mode == 'linear' else boost * math.log2(1 + n)
-        boosted = min(1.0, current[j].salience + raised)
-        current[j] = dataclasses.replace(current[j], salience=boosted)
-    kept = [c for i, c in enumerate(current) if i not in dropped]
-    return kept, [dropped[i] for i in sorted(dropped)]
-
-
-def default_n_topics(n: int) -> int:
-    """Returns `round(sqrt(n / 2))` clipped to [1, 64]: ~20 topics for 800 chunks."""
-    return int(min(64, max(1, round(math.sqrt(n / 2)))))
-
-
-# KMeans for the `*_topics` filters is trained on at most this many chunks:
-# 20k unit vectors of 384 float64 are ~60 MB, whatever the corpus size, and
-# 20k points are far more than 64 centroids need. The sample is chosen by a
-# stable hash of chunk_id, so it is the same on every runner and run.
-TOPIC_SAMPLE = 20_000
-
-
-def sample_rank(chunk_id: str) -> bytes:
-    """The sampling rank of a chunk: models trained on a bounded sample take the smallest."""
-    return hashlib.blake2b(chunk_id.encode('utf-8'), digest_size=8, person=b'sample').digest()
-
-
-def train_topics(sample: np.ndarray, n_total: int, n_topics: Optional[int] = None, seed: int = 0):
-    """Trains the topic model on a sample of embeddings (canonical order).
-
-    Seeded k-means (scikit-learn `KMeans`, k-means++ init, 4 fixed inits) on
-    the unit vectors. KMeans rather than HDBSCAN (as in BERTopic) because it
-    puts every chunk in a topic, whereas HDBSCAN's noise label would need its
-    own rule in "same topic" comparisons; because the number of topics is
-    fixed and reproducible from the seed; and because a model trained on a
-    bounded sample assigns every other chunk on its own (`assign_topics`).
-
-    Args:
-      sample: `(m, dim)` vectors, at most `TOPIC_SAMPLE` of them.
-      n_total: Chunks in the corpus, for `default_n_topics`.
-      n_topics: Number of topics; defaults to `default_n_topics(n_total)`,
-        and is capped at the sample size.
-      seed: KMeans random state.
-
-    Returns:
-      The fitted model, or None when there is one topic (or no chunk).
-
-    Raises:
-      ValueError: If `n_topics` is not positive.
-    """
-    from sklearn.cluster import KMeans
-
-    if n_topics is not None and n_topics <= 0:
-        raise ValueError(f'n_topics must be > 0, got {n_topics}')
-    k = min(len(sample), n_topics if n_topics is not None else default_n_topics(n_total))
-    if k <= 1:
-        return None
-    return KMeans(n_clusters=k, n_init=4, random_state=seed).fit(unit_rows(sample))
-
-
-def assign_topics(model, embeddings: np.ndarray) -> np.ndarray:
-    """`(n,)` int64 topic ids: each unit embedding's nearest centroid (0 without a model)."""
-    if model is None or not len(embeddings):
-        return np.zeros(len(embeddings), dtype=np.int64)
-    return model.predict(unit_rows(embeddings)).astype(np.int64)
-
-
-def topics(
-    embeddings: np.ndarray, n_topics: Optional[int] = None, seed: int = 0,
-    chunk_ids: Optional[Sequence[str]] = None,
-) -> np.ndarray:
-    """Assigns each embedding a topic id, for the `*_topics` filters.
-
-    The model is trained on the rows whose `sample_rank` is among the
-    `TOPIC_SAMPLE` smallest (all rows for a smaller corpus), kept in the
-    given order, then every row is assigned (`train_topics`, `assign_topics`):
-    what the build's `AssignTopics` does with Beam.
-
-    Args:
-      embeddings: `(n, dim)` vectors, in canonical chunk order.
-      n_topics: Number of topics; defaults to `default_n_topics(n)`.
-      seed: KMeans random state.
-      chunk_ids: The rows' chunk ids, needed to sample a corpus larger than
-        `TOPIC_SAMPLE`.
-
-    Returns:
-      `(n,)` int64 topic ids in `[0, n_topics)`.
-
-    Raises:
-      ValueError: If `n_topics` is not positive, or a large corpus has no chunk_ids.
-    """
-    n = len(embeddings)
-    rows = np.arange(n)
-    if n > TOPIC_SAMPLE:
-        if chunk_ids is None:
-            raise ValueError(f'sampling {n} > {TOPIC_SAMPLE} embeddings needs their chunk_ids')
-        ranks = sorted(rows, key=lambda i: sample_rank(chunk_ids[i]))
-        rows = np.sort(np.array(ranks[:TOPIC_SAMPLE]))
-    model = train_topics(np.asarray(embeddings)[rows], n, n_topics, seed)
-    return assign_topics(model, np.asarray(embeddings))
 
 
 def apply_filter(

@@ -11,7 +11,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms import dedup, filters
+from transforms import filters, topics
 from transforms.dedup import FilterConfig
 from transforms.embedding import EmbedChunks, EmbeddingConfig
 from transforms.entities import extract_entities, load_ner
@@ -84,7 +84,7 @@ def with_minhash(chunks: Sequence[Chunk], config: MinHashConfig) -> list[Chunk]:
 
 
 def with_topics(chunks: Sequence[Chunk], n_topics: Optional[int], seed: int) -> list[Chunk]:
-    """Returns the chunks in canonical order with `topic` set (`dedup.topics`, in memory).
+    """Returns the chunks in canonical order with `topic` set (`topics.topics`, in memory).
 
     The chunks are sorted by `(doc_id, chunk_index)` first: KMeans depends on
     the row order, which must not be the runner's.
@@ -92,7 +92,7 @@ def with_topics(chunks: Sequence[Chunk], n_topics: Optional[int], seed: int) -> 
     ordered = sorted(chunks, key=Chunk.sort_key)
     if not ordered:
         return []
-    ids = dedup.topics(np.stack([c.embedding for c in ordered]), n_topics, seed, [c.chunk_id for c in ordered])
+    ids = topics.topics(np.stack([c.embedding for c in ordered]), n_topics, seed, [c.chunk_id for c in ordered])
     return [dataclasses.replace(c, topic=int(t)) for c, t in zip(ordered, ids)]
 
 
@@ -166,7 +166,7 @@ class ExtractEntities(beam.PTransform):
 
 def sample_entry(chunk: Chunk) -> tuple:
     """`(sample rank, canonical key, embedding)`: the smallest ranks form the training sample."""
-    return dedup.sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
+    return topics.sample_rank(chunk.chunk_id), chunk.sort_key(), chunk.embedding
 
 
 def train_on_entries(entries: Iterable[tuple], n_total: int, train: Callable):
@@ -183,7 +183,7 @@ def train_on_entries(entries: Iterable[tuple], n_total: int, train: Callable):
 class TrainOnSample(beam.PTransform):
     """PCollection[Chunk] (embedded) -> a one-element PCollection: a model trained on a bounded sample.
 
-    The sample is the `size` chunks with the smallest `dedup.sample_rank`
+    The sample is the `size` chunks with the smallest `topics.sample_rank`
     (a stable hash of chunk_id, so the same on every runner): the only
     thing gathered, and it stays small whatever the corpus. `train` gets the
     sample's embeddings in canonical order and the corpus's chunk count
@@ -208,7 +208,7 @@ class TrainOnSample(beam.PTransform):
 
 class _AssignTopicsFn(beam.DoFn):
     def process(self, batch: list[Chunk], model) -> Iterable[Chunk]:
-        ids = dedup.assign_topics(model, np.stack([c.embedding for c in batch]))
+        ids = topics.assign_topics(model, np.stack([c.embedding for c in batch]))
         for chunk, topic in zip(batch, ids):
             yield dataclasses.replace(chunk, topic=int(topic))
 
@@ -216,12 +216,12 @@ class _AssignTopicsFn(beam.DoFn):
 class AssignTopics(beam.PTransform):
     """PCollection[Chunk] (embedded) -> PCollection[Chunk] with `topic` set.
 
-    KMeans is trained on a bounded sample (`dedup.TOPIC_SAMPLE` chunks, the
+    KMeans is trained on a bounded sample (`topics.TOPIC_SAMPLE` chunks, the
     smallest `sample_rank`: the only gathered thing, and it stays small
     whatever the corpus), with the chunk count for the default number of
     topics; the fitted model (k centroids) reaches the workers as a side
     input and each batch of chunks is assigned there. A corpus no larger than
-    the sample gets exactly `dedup.topics`' (and the evaluation's) result.
+    the sample gets exactly `topics.topics`' (and the evaluation's) result.
     """
 
     def __init__(self, n_topics: Optional[int], seed: int):
@@ -230,8 +230,8 @@ class AssignTopics(beam.PTransform):
         self._seed = seed
 
     def expand(self, chunks):
-        train = functools.partial(dedup.train_topics, n_topics=self._n_topics, seed=self._seed)
-        model = chunks | 'TrainKMeans' >> TrainOnSample(dedup.TOPIC_SAMPLE, train)
+        train = functools.partial(topics.train_topics, n_topics=self._n_topics, seed=self._seed)
+        model = chunks | 'TrainKMeans' >> TrainOnSample(topics.TOPIC_SAMPLE, train)
         return (
             chunks
             | 'BatchForTopics' >> beam.BatchElements(min_batch_size=1, max_batch_size=FEATURE_BATCH)

@@ -15,6 +15,7 @@ from apache_beam.metrics import Metrics
 from transforms import dedup, filters
 from transforms.embedding import EmbeddingConfig
 from transforms.features import ComputeFeatures, dropped_with_features, feature_plan
+from transforms.filters.intra_doc import intra_doc, salience
 from transforms.models import SharedModel
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
@@ -163,7 +164,7 @@ def keyed_by(chunk: Chunk, key_fn: Callable[[Chunk], str], scope: Sequence[str])
 def intra_doc_group(
     chunks: Iterable[Chunk], spec: dedup.FilterSpec, config: dedup.FilterConfig
 ) -> tuple[list[Chunk], list[Dropped], list[tuple[str, float, float]]]:
-    """`dedup.intra_doc` over one document's chunks, sorted by chunk_index first.
+    """`filters.intra_doc.intra_doc` over one document's chunks, sorted by chunk_index first.
 
     Returns:
       `(kept, dropped, lifted)`; `lifted` lists `(chunk_id, before, after)`
@@ -171,13 +172,13 @@ def intra_doc_group(
       `config.warn_salience` to above it.
     """
     ordered = sorted(chunks, key=Chunk.sort_key)
-    kept, dropped = dedup.intra_doc(
+    kept, dropped = intra_doc(
         ordered, spec.threshold, config.intra_doc_min_salience,
         config.intra_doc_boost, config.intra_doc_boost_mode)
     with_embedding = [c for c in ordered if c.embedding is not None]
     base = {}
     if with_embedding:
-        scores = dedup.salience(np.stack([c.embedding for c in with_embedding]))
+        scores = salience(np.stack([c.embedding for c in with_embedding]))
         base = {c.chunk_id: float(s) for c, s in zip(with_embedding, scores)}
     lifted = [
         (c.chunk_id, base[c.chunk_id], c.salience)
@@ -211,7 +212,7 @@ class DropIntraDocRedundancy(beam.PTransform):
     """klarRAG ingestion dedup per document; sets (and boosts) `salience` on kept chunks.
 
     PCollection[Chunk] (embedded) -> {'kept': PCollection[Chunk], 'dropped': PCollection[Dropped]}.
-    A GroupByKey on `(scope, doc_id)`, then `dedup.intra_doc` per document
+    A GroupByKey on `(scope, doc_id)`, then `filters.intra_doc.intra_doc` per document
     (a document has one scope; the key carries it so every filter keys alike).
     """
 

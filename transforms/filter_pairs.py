@@ -16,11 +16,11 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms import candidates, dedup
-from transforms.greedy_rounds import ResolveGreedy
-from transforms.dedup import BandMember
 from transforms.entities import entity_names
 from transforms.features import TrainOnSample
 from transforms.filter_chunks import DROPPED, KEPT, _Counters, counter_namespace
+from transforms.filters.minhash import BandMember, band_members, bucket_edges, estimated_jaccard, minhash_keepers
+from transforms.greedy_rounds import ResolveGreedy
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 
@@ -89,25 +89,25 @@ class JoinDecisions(beam.PTransform):
 
 
 def band_entries(chunk: Chunk, b: int, r: int, scope: Sequence[str] = ()):
-    """`((scope key, band_key), BandMember)` for each LSH band (`dedup.band_members`).
+    """`((scope key, band_key), BandMember)` for each LSH band (`filters.minhash.band_members`).
 
     The scope key in the bucket key means chunks of different scopes never
     share a bucket, so they are never candidates.
     """
     prefix = chunk_scope(chunk, scope)
-    for key, member in dedup.band_members(chunk, b, r):
+    for key, member in band_members(chunk, b, r):
         yield (prefix, key), member
 
 
 def verified_edges(bucket: tuple[tuple, Iterable[BandMember]], threshold: float):
-    """The verified edges of one bucket (`dedup.bucket_edges`: O(n) comparisons)."""
+    """The verified edges of one bucket (`filters.minhash.bucket_edges`: O(n) comparisons)."""
     _, members = bucket
-    return dedup.bucket_edges(members, threshold)
+    return bucket_edges(members, threshold)
 
 
 def resolve_components(edges: Iterable[tuple]) -> list[tuple[str, str]]:
     """`(dropped chunk_id, keeper chunk_id)` for every chunk a component drops, sorted."""
-    return sorted(dedup.minhash_keepers(edges).items())
+    return sorted(minhash_keepers(edges).items())
 
 
 def signature_by_id(chunk: Chunk) -> tuple[str, np.ndarray]:
@@ -129,22 +129,23 @@ def send_keeper_signature(joined):
 
 def jaccard_to_keeper(chunk: Chunk, keeper_signature) -> float:
     """The score of a chunk MinHash drops: its estimated Jaccard to its keeper."""
-    return dedup.estimated_jaccard(np.asarray(chunk.minhash, np.uint64), np.asarray(keeper_signature, np.uint64))
+    return estimated_jaccard(np.asarray(chunk.minhash, np.uint64), np.asarray(keeper_signature, np.uint64))
 
 
 class DropNearDuplicates(beam.PTransform):
     """MinHash-LSH. PCollection[Chunk] (with minhash) -> {'kept', 'dropped'}.
 
     Candidates come from a GroupByKey on `(scope, LSH band key)` (never all
-    pairs) and are verified in O(n) per bucket (`dedup.bucket_edges`); only
-    the verified edges, `(id, keep key, id, keep key)` tuples without
-    signatures, are gathered on one worker: they stay small (at most
-    `dedup.LSH_ANCHORS + 1` per bucket member, distinct, and only for chunks
-    that have a near-duplicate). Components keep their first chunk
-    (`dedup.minhash_keepers`). The decisions reach the chunks by keyed joins
-    (CoGroupByKey on chunk_id: first the keeper's signature, for the score,
-    then the chunk), never a side input. Same functions as
-    `dedup.drop_minhash_groups`, so the same result.
+    pairs) and are verified in O(n) per bucket
+    (`filters.minhash.bucket_edges`); only the verified edges, `(id, keep
+    key, id, keep key)` tuples without signatures, are gathered on one
+    worker: they stay small (at most `filters.minhash.LSH_ANCHORS + 1` per
+    bucket member, distinct, and only for chunks that have a
+    near-duplicate). Components keep their first chunk
+    (`filters.minhash.minhash_keepers`). The decisions reach the chunks by
+    keyed joins (CoGroupByKey on chunk_id: first the keeper's signature, for
+    the score, then the chunk), never a side input. Same functions as
+    `filters.minhash.drop_minhash_groups`, so the same result.
     """
 
     def __init__(self, threshold: float, b: int, r: int, index: int = 0, scope: tuple[str, ...] = ()):
@@ -256,7 +257,7 @@ class DropSimilarPairs(beam.PTransform):
     `candidates.MAX_EARLIER` per chunk and block, and the verified edges
     `(id, key, id, key, cosine)` are resolved by the greedy rule in keyed
     rounds (`greedy_rounds.ResolveGreedy`: only what the rounds leave is
-    gathered). Same result as `dedup.drop_similar` when no true edge is
+    gathered). Same result as `filters.similarity.drop_similar` when no true edge is
     missed (recall: benchmarks/candidate_recall.py) and no chunk was capped.
     """
 
@@ -347,7 +348,7 @@ class DropHalfEntityOverlaps(beam.PTransform):
     chunk (keep order) holds at least half of a later one's names, and only
     those edges are resolved by the greedy rule in keyed rounds
     (`greedy_rounds.ResolveGreedy`: the most shared names, then earliest).
-    Same result as `dedup.drop_ner_half` unless a hot posting was capped.
+    Same result as `filters.ner_half.drop_ner_half` unless a hot posting was capped.
     """
 
     def __init__(self, config: dedup.FilterConfig, index: int = 0, max_posting: int = candidates.MAX_POSTING):

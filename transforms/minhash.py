@@ -87,7 +87,7 @@ def is_empty_signature(signature: np.ndarray) -> bool:
     """Whether a signature is that of the empty shingle set (every value at its maximum).
 
     Two empty signatures estimate Jaccard 1.0, so grouping by signature must
-    leave these out (`dedup.drop_minhash_groups` does).
+    leave these out (`filters.minhash.drop_minhash_groups` does).
     """
     values = np.asarray(signature, dtype=np.uint64)
     return bool(np.all(values == np.uint64(_empty_value())))

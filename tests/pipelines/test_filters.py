@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index
-from transforms.dedup import random_unit
+from transforms.filters.random_control import random_unit
 
 ARSENAL = (
     'The Tower Building of the Little Rock Arsenal, also known as the U.S. Arsenal Building, '

@@ -1,10 +1,11 @@
-"""Candidate pairs without gathering: cluster candidates, verified edges, the greedy rule, bounded LSH buckets."""
+"""Candidate pairs without gathering: cluster candidates, verified edges, the greedy rule."""
 
 import numpy as np
 import pytest
 
 from tests.transforms.test_dedup import make
 from transforms import candidates, dedup
+from transforms.filters.similarity import drop_similar
 
 
 def near_copies(n_groups=12, per_group=5, dim=16, seed=0):
@@ -28,7 +29,7 @@ def test_greedy_over_verified_edges_equals_the_global_greedy(threshold):
     edges, capped = candidates.verify_block(block, threshold)
     assert capped == 0
     got = candidates.greedy_keep_first(edges)
-    _, dropped = dedup.drop_similar(chunks, threshold)
+    _, dropped = drop_similar(chunks, threshold)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
     assert dropped
 
@@ -45,7 +46,7 @@ def test_cluster_candidates_find_the_close_pairs():
             groups.setdefault(cluster, []).append(member)
     edges = {e for g in groups.values() for block in candidates.split_group(g)
              for e in candidates.verify_block(block, 0.8)[0]}
-    _, dropped = dedup.drop_similar(chunks, 0.8)
+    _, dropped = drop_similar(chunks, 0.8)
     got = candidates.greedy_keep_first(edges)
     assert got == {d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
 
@@ -67,24 +68,3 @@ def test_hot_groups_are_split_in_keep_order():
     assert [len(b) for b in blocks] == [7] * 8 + [4]
     flat = [m.chunk_id for b in blocks for m in b]
     assert flat == [m.chunk_id for m in sorted(members, key=lambda m: (m.keep_key, m.chunk_id))]
-
-
-def test_bucket_verification_is_linear_in_the_bucket():
-    sig = np.arange(128, dtype=np.uint64)
-    members = [dedup.BandMember(f'c{i:04d}', (0.0, f'c{i:04d}', 0), sig) for i in range(500)]
-    edges = dedup.bucket_edges(members, 0.8)
-    # Each member after the first is linked to at most the 3 anchors and its predecessor.
-    assert len(edges) == 1 + 2 + 3 + 496 * 4
-    assert set(dedup.minhash_keepers(edges).values()) == {'c0000'}
-
-
-def test_topics_train_on_a_bounded_sample(monkeypatch):
-    chunks = near_copies()
-    vectors = np.stack([c.embedding for c in chunks])
-    ids = [c.chunk_id for c in chunks]
-    full = dedup.topics(vectors, 4, 0, ids)
-    monkeypatch.setattr(dedup, 'TOPIC_SAMPLE', 30)
-    sampled = dedup.topics(vectors, 4, 0, ids)
-    assert sampled.shape == full.shape and set(sampled.tolist()) <= set(range(4))
-    with pytest.raises(ValueError, match='chunk_ids'):
-        dedup.topics(vectors, 4, 0)

@@ -1,4 +1,4 @@
-"""The filter and feature transforms on hand-made chunks, against the pure dedup functions.
+"""The filter and feature transforms on hand-made chunks, against the pure filter decisions.
 
 The unit under test here is the Beam wiring (grouping, side inputs, tagged
 outputs, counters), not the embedding model: embeddings are small hand-made
@@ -30,7 +30,15 @@ from transforms.filter_chunks import (
     step_label,
 )
 from transforms.filter_pairs import DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
+from transforms.filters.exact import drop_exact
+from transforms.filters.intra_doc import intra_doc, salience
+from transforms.filters.minhash import drop_minhash_groups
+from transforms.filters.ner_exact import drop_ner_exact
+from transforms.filters.ner_half import drop_ner_half
+from transforms.filters.random_control import drop_random
+from transforms.filters.similarity import drop_similar
 from transforms.minhash import MinHashConfig, signatures
+from transforms.topics import topics
 from transforms.types import Chunk, Dropped
 
 
@@ -88,7 +96,7 @@ def test_lsh_buckets_and_components_match_the_pure_filter():
     assert not any(m.chunk_id == 'z#2' for ms in buckets.values() for m in ms)  # empty text
     edges = [e for item in buckets.items() for e in verified_edges(item, 0.7)]
     got = resolve_components(edges)
-    _, dropped = dedup.drop_minhash_groups(chunks, 0.7)
+    _, dropped = drop_minhash_groups(chunks, 0.7)
     assert got == sorted((d.chunk.chunk_id, d.duplicate_of) for d in dropped)
     with pytest.raises(ValueError, match='no minhash'):
         list(band_entries(make('x', 0), b, r))
@@ -100,8 +108,8 @@ def test_intra_doc_group_reports_salience_lifts():
     chunks = [make('doc', i, f'text {i}', embedding=v) for i, v in enumerate(vectors)]
     config = dedup.FilterConfig(intra_doc_boost=0.5, intra_doc_boost_mode='linear', warn_salience=0.6)
     kept, dropped, lifted = intra_doc_group(chunks[::-1], dedup.FilterSpec('intra_doc'), config)
-    assert [c.chunk_id for c in kept] == [c.chunk_id for c in dedup.intra_doc(chunks, 0.9, boost=0.5, mode='linear')[0]]
-    base = dedup.salience(np.stack(vectors))
+    assert [c.chunk_id for c in kept] == [c.chunk_id for c in intra_doc(chunks, 0.9, boost=0.5, mode='linear')[0]]
+    base = salience(np.stack(vectors))
     # doc#1 is the more central of the pair, so it is kept and boosted (capped at 1.0).
     assert base[1] > base[0] and base[1] <= 0.6
     assert lifted == [('doc#1', pytest.approx(base[1]), 1.0)]
@@ -118,7 +126,7 @@ def test_random_fn_tags_dropped_chunks():
     dropped = [o.value for o in outputs if getattr(o, 'tag', None) == DROPPED]
     kept = [o for o in outputs if isinstance(o, Chunk)]
     assert len(kept) + len(dropped) == 40 and 0 < len(dropped) < 40
-    assert decisions(dropped) == decisions(dedup.drop_random(chunks, 0.5, 3)[1])
+    assert decisions(dropped) == decisions(drop_random(chunks, 0.5, 3)[1])
 
 
 def test_apply_filter_fn_splits_a_group():
@@ -134,21 +142,21 @@ def test_apply_filter_fn_splits_a_group():
 
 def test_drop_exact_duplicates():
     chunks = mixed_corpus()
-    run_filter(chunks, DropExactDuplicates())(*expect(dedup.drop_exact(chunks)))
+    run_filter(chunks, DropExactDuplicates())(*expect(drop_exact(chunks)))
 
 
 @pytest.mark.parametrize('threshold', [0.5, 0.8])
 def test_drop_near_duplicates_matches_pure_filter(threshold):
     chunks = mixed_corpus() + with_minhash([make('z', 0, PARAGRAPH), make('z', 1, TYPO), make('z', 2, '')])
     b, r = MinHashConfig(threshold=threshold).bands()
-    expected = expect(dedup.drop_minhash_groups(chunks, threshold))
+    expected = expect(drop_minhash_groups(chunks, threshold))
     assert expected[1]  # there is something to find
     run_filter(chunks, DropNearDuplicates(threshold, b, r))(*expected)
 
 
 def test_drop_randomly_matches_pure_filter():
     chunks = mixed_corpus()
-    run_filter(chunks, DropRandomly(0.4, 5))(*expect(dedup.drop_random(chunks, 0.4, 5)))
+    run_filter(chunks, DropRandomly(0.4, 5))(*expect(drop_random(chunks, 0.4, 5)))
 
 
 def test_drop_intra_doc_redundancy_per_document():
@@ -156,7 +164,7 @@ def test_drop_intra_doc_redundancy_per_document():
     spec = dedup.FilterSpec('intra_doc', 0.9)
     kept, dropped = [], []
     for doc in sorted({c.doc_id for c in chunks}):
-        k, d = dedup.intra_doc([c for c in chunks if c.doc_id == doc], 0.9)
+        k, d = intra_doc([c for c in chunks if c.doc_id == doc], 0.9)
         kept += k
         dropped += d
     assert dropped
@@ -169,10 +177,10 @@ SIMILARITY_FILTERS = ('similarity', 'similarity_topics', 'similarity_ner', 'simi
 def pure_global(name, chunks):
     ordered = sorted(chunks, key=Chunk.sort_key)
     if name == 'ner_exact':
-        return dedup.drop_ner_exact(ordered)
+        return drop_ner_exact(ordered)
     if name == 'ner_half':
-        return dedup.drop_ner_half(ordered)
-    return dedup.drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
+        return drop_ner_half(ordered)
+    return drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
 
 
 @pytest.mark.parametrize('max_posting', [2_000, 1])
@@ -214,9 +222,9 @@ def test_similar_pairs_match_the_pure_greedy_filters(cluster_size):
 def test_filter_chunks_in_sequence_accounts_for_every_chunk():
     chunks = mixed_corpus()
     config = dedup.FilterConfig(specs=tuple(dedup.parse_filters('exact,minhash@0.7,random@0.3')))
-    kept, dropped_exact = dedup.drop_exact(chunks)
-    kept, dropped_minhash = dedup.drop_minhash_groups(kept, 0.7)
-    kept, dropped_random = dedup.drop_random(kept, 0.3, 0)
+    kept, dropped_exact = drop_exact(chunks)
+    kept, dropped_minhash = drop_minhash_groups(kept, 0.7)
+    kept, dropped_random = drop_random(kept, 0.3, 0)
     expected = expect((kept, dropped_exact + dropped_minhash + dropped_random))
     assert len(expected[0]) + len(expected[1]) == len(chunks)
     run_filter(chunks, FilterChunks(config))(*expected)
@@ -252,7 +260,7 @@ def test_compute_features_only_those_asked_for():
         # The chunks carry their embedding already (as from the feature cache).
         out = (p | beam.Create(chunks) | ComputeFeatures(config, ('entities', 'topics'))
                | 'Features' >> beam.Map(features_of))
-        topic_ids = [int(t) for t in dedup.topics(np.stack([c.embedding for c in chunks]), 2)]
+        topic_ids = [int(t) for t in topics(np.stack([c.embedding for c in chunks]), 2)]
         assert_that(out, equal_to([
             ('d#0', ('FAC:macarthur park', 'FAC:the tower building of', 'GPE:arkansas', 'GPE:little rock',
                      "GPE:little rock's", 'ORG:the little rock arsenal', 'ORG:the u.s. arsenal building'),

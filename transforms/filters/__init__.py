@@ -5,7 +5,7 @@ validation and defaults, `dedup.apply_filter` (the in-memory dispatch), the
 Beam stage (`filter_chunks.filter_transform`, by `strategy`), the features
 computed (`needs`), the build's `--filter` help, the evaluation's row names
 and the README table (`readme_table`). Adding a filter is one module here
-that defines `FILTER`, plus its test.
+that holds its pure decision and defines `FILTER`, plus its test.
 """
 
 from __future__ import annotations

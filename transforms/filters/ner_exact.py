@@ -1,10 +1,42 @@
-"""NER Exact: the same non-empty entity-name set as a kept chunk (the study's `NER Exact`)."""
+"""NER Exact: the same non-empty entity-name set as a kept chunk (the study's `NER Exact`).
 
-from typing import Optional
+Holds the filter's decision, `drop_ner_exact`, and its registry entry.
+"""
 
-from transforms import dedup
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from transforms.dedup import keep_order, kept_and_dropped, require_field
 from transforms.entities import entity_names
 from transforms.filters import GROUPED, FilterDef
+from transforms.types import Chunk, Dropped
+
+
+def drop_ner_exact(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
+    """NER Exact: drops a chunk whose entity-name set equals a kept chunk's.
+
+    Set equality is transitive, so greedy in keep order means one chunk kept
+    per distinct non-empty set. Chunks without entities are always kept.
+
+    Returns:
+      `(kept, dropped)`; reason `ner_exact`, score 1.0.
+
+    Raises:
+      ValueError: If a chunk's `entities` were never extracted (None).
+    """
+    require_field(chunks, 'entities')
+    first: dict[frozenset[str], int] = {}
+    dropped = {}
+    for i in keep_order(chunks):
+        names = entity_names(chunks[i].entities)
+        if not names:
+            continue
+        if names in first:
+            dropped[i] = Dropped(chunks[i], 'ner_exact', chunks[first[names]].chunk_id, 1.0)
+        else:
+            first[names] = i
+    return kept_and_dropped(chunks, dropped)
 
 
 def entity_set_key(chunk) -> Optional[str]:
@@ -20,7 +52,7 @@ def entity_set_key(chunk) -> Optional[str]:
 
 
 def decide(chunks, threshold, config):
-    return dedup.drop_ner_exact(chunks)
+    return drop_ner_exact(chunks)
 
 
 FILTER = FilterDef(
