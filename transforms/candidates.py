@@ -33,7 +33,8 @@ CLUSTER_SAMPLE = 20_000
 # compared and each split is counted.
 MAX_GROUP = 5_000
 # A chunk keeps edges to at most this many earlier neighbours per block
-# (the earliest in keep order); more are counted (`capped_chunks`). The
+# (the block's own greedy keepers first, then the earliest); more are
+# counted (`capped_chunks`). The
 # Chroma texts of recursive and fixed 400/200 together (3,330 chunks) have
 # at most 29 earlier neighbours per chunk at cosine 0.8, 15 at 0.9.
 MAX_EARLIER = 32
@@ -91,6 +92,17 @@ def split_group(members: Iterable[SimMember], max_group: int = MAX_GROUP) -> lis
     return [ordered[i : i + max_group] for i in range(0, len(ordered), max_group)]
 
 
+def local_keepers(close: np.ndarray) -> np.ndarray:
+    """Which members the greedy pass would keep if the block were the whole corpus (bool per member).
+
+    `close` is the block's `(n, n)` candidate matrix in keep order.
+    """
+    kept = np.zeros(len(close), dtype=bool)
+    for b in range(len(close)):
+        kept[b] = not np.any(close[b, :b] & kept[:b])
+    return kept
+
+
 def verify_block(
     block: Sequence[SimMember], threshold: float, same_topic: bool = False, shared_entity: bool = False,
     max_earlier: int = MAX_EARLIER,
@@ -99,10 +111,10 @@ def verify_block(
 
     The extra conditions of `similarity_topics` / `similarity_ner` are checked
     on the verified edge, so an edge exists exactly when the study's rule
-    would let one chunk drop the other. Each chunk keeps its edges to its
-    `max_earlier` earliest neighbours in keep order (the ones the greedy
-    pass has most likely kept), so a block of near copies yields
-    O(block) edges, not O(block^2).
+    would let one chunk drop the other. A chunk with more earlier neighbours
+    than `max_earlier` keeps its edges to those the greedy pass most likely
+    keeps: first the block's own greedy keepers, then the earliest, so a
+    block of near copies yields O(block) edges, not O(block^2).
 
     Returns:
       `(edges, capped)`: edges `(later_id, later_key, earlier_id, earlier_key,
@@ -113,10 +125,17 @@ def verify_block(
     x64 = unit_rows(np.stack([m.embedding for m in block]))
     x32 = x64.astype(np.float32)
     close = x32 @ x32.T >= threshold - _MARGIN
+    keepers = None
     edges, capped = [], 0
     for b in range(1, len(block)):
         late, found = block[b], 0
-        for a in np.flatnonzero(close[b, :b]).tolist():
+        earlier = np.flatnonzero(close[b, :b])
+        if len(earlier) > max_earlier:
+            if keepers is None:
+                keepers = local_keepers(close)
+            # A stable sort puts the local keepers first, each part in keep order.
+            earlier = earlier[np.argsort(~keepers[earlier], kind='stable')]
+        for a in earlier.tolist():
             if found == max_earlier:
                 capped += 1
                 break

@@ -62,6 +62,22 @@ def test_near_copies_keep_edges_to_their_earliest_neighbours_only():
     assert set(candidates.greedy_keep_first(edges)) == set(order[1:])
 
 
+def test_a_capped_chunk_keeps_its_edge_to_the_blocks_keeper_first():
+    # Unit vectors at these angles (degrees), cosine 0.9 is about 25.8 degrees:
+    # c0 drops c1..c4; c5 is kept (its neighbours c1..c4 are dropped); c6's
+    # earliest neighbours are c1, c2 (dropped), its keeper c5 comes later.
+    angles = [0, 10, 11, 12, 13, 30, 33]
+    chunks = [make('d', i, f't{i}', embedding=np.array([np.cos(np.radians(a)), np.sin(np.radians(a))], np.float32))
+              for i, a in enumerate(angles)]
+    (block,) = candidates.split_group(members_of(chunks))
+    edges, capped = candidates.verify_block(block, 0.9, max_earlier=2)
+    assert capped == 4  # c3, c4, c5 and c6 have more than 2 earlier neighbours
+    _, dropped = drop_similar(chunks, 0.9)
+    assert candidates.greedy_keep_first(edges) == {
+        d.chunk.chunk_id: (d.duplicate_of, pytest.approx(d.score)) for d in dropped}
+    assert {d.chunk.chunk_id for d in dropped} == {c.chunk_id for c in chunks[1:5]} | {chunks[6].chunk_id}
+
+
 def test_hot_groups_are_split_in_keep_order():
     members = members_of(near_copies())
     blocks = candidates.split_group(members[::-1], max_group=7)
