@@ -95,6 +95,9 @@ class BuildIndexOptions(PipelineOptions):
                             help='KMeans topics for the *_topics filters; 0 = round(sqrt(n/2)).')
         parser.add_argument('--topic_seed', type=int, default=0,
                             help='KMeans random state for the *_topics filters.')
+        parser.add_argument('--similarity_probes', type=int, default=3,
+                            help='similarity*: compare each chunk within this many of its nearest candidate '
+                                 'clusters (more: higher candidate recall, more comparisons).')
         parser.add_argument('--intra_doc_min_salience', type=float, default=0.05,
                             help='intra_doc drops chunks whose salience (cosine to the '
                                  'document mean) is below this.')
@@ -257,6 +260,7 @@ def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
         random_seed=options.random_seed,
         n_topics=options.n_topics or None,
         topic_seed=options.topic_seed,
+        similarity_probes=options.similarity_probes,
         intra_doc_min_salience=options.intra_doc_min_salience,
         intra_doc_boost=options.intra_doc_boost,
         intra_doc_boost_mode=options.intra_doc_boost_mode,

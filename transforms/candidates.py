@@ -22,9 +22,6 @@ from transforms.dedup import unit_rows
 
 # Chunks a cluster should hold on average: k = n / CLUSTER_SIZE clusters.
 CLUSTER_SIZE = 500
-# Each chunk is compared within its PROBES nearest clusters, so a close pair
-# split by a cluster border is still met.
-PROBES = 3
 # The clustering is trained on at most this many chunks (by a stable hash of
 # chunk_id): 20k x 384 float64 is ~60 MB whatever the corpus size.
 CLUSTER_SAMPLE = 20_000
@@ -76,7 +73,7 @@ def train_clusters(sample: np.ndarray, n_total: int, seed: int = 0, cluster_size
     return unit_rows(model.cluster_centers_)
 
 
-def nearest_clusters(centroids: Optional[np.ndarray], embeddings: np.ndarray, probes: int = PROBES) -> np.ndarray:
+def nearest_clusters(centroids: Optional[np.ndarray], embeddings: np.ndarray, probes: int) -> np.ndarray:
     """`(n, p)` ids of each embedding's `p` nearest centroids by cosine (ties by id)."""
     if centroids is None:
         return np.zeros((len(embeddings), 1), dtype=np.int64)

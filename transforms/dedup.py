@@ -153,6 +153,10 @@ class FilterConfig:
       n_topics: KMeans clusters for the `*_topics` filters; None picks
         `topics.default_n_topics(n)`.
       topic_seed: KMeans random state (default 0).
+      similarity_probes: In the build, each chunk is compared with the
+        members of this many of its nearest candidate clusters for the
+        `similarity*` filters (default 3); more probes find more of the
+        close pairs a cluster border splits, at more comparisons.
       intra_doc_min_salience: `intra_doc` drops chunks below this salience
         (default 0.05).
       intra_doc_boost: Salience added per merged near-duplicate (default 0.15).
@@ -180,6 +184,7 @@ class FilterConfig:
     random_seed: int = 0
     n_topics: Optional[int] = None
     topic_seed: int = 0
+    similarity_probes: int = 3
     intra_doc_min_salience: float = 0.05
     intra_doc_boost: float = 0.15
     intra_doc_boost_mode: str = 'log'
@@ -202,6 +207,8 @@ class FilterConfig:
             raise ValueError(f'entity_batch_size must be > 0, got {self.entity_batch_size}')
         if self.n_topics is not None and self.n_topics <= 0:
             raise ValueError(f'n_topics must be > 0, got {self.n_topics}')
+        if self.similarity_probes <= 0:
+            raise ValueError(f'similarity_probes must be > 0, got {self.similarity_probes}')
         if not 0.0 <= self.intra_doc_min_salience <= 1.0:
             raise ValueError(
                 f'intra_doc_min_salience must be in [0, 1], got {self.intra_doc_min_salience}')

@@ -251,7 +251,8 @@ class DropSimilarPairs(beam.PTransform):
     A seeded KMeans trained on a bounded sample (`candidates.CLUSTER_SAMPLE`
     chunks by a stable hash of chunk_id, with the chunk count for k) gives
     `(k, dim)` centroids, a side input that stays small; each chunk goes to
-    its `PROBES` nearest clusters, a GroupByKey on `(scope, cluster)` brings
+    its `config.similarity_probes` nearest clusters (each probe is a
+    chance to meet a close pair a cluster border splits), a GroupByKey on `(scope, cluster)` brings
     each cluster's members together, every pair there is verified by exact
     cosine (and the filter's extra condition), at most
     `candidates.MAX_EARLIER` per chunk and block, and the verified edges
@@ -263,21 +264,18 @@ class DropSimilarPairs(beam.PTransform):
 
     def __init__(self, spec: dedup.FilterSpec, config: dedup.FilterConfig, index: int = 0,
                  same_topic: bool = False, shared_entity: bool = False,
-                 cluster_size: int = candidates.CLUSTER_SIZE, probes: int = candidates.PROBES,
-                 max_group: int = candidates.MAX_GROUP):
+                 cluster_size: int = candidates.CLUSTER_SIZE, max_group: int = candidates.MAX_GROUP):
         super().__init__()
         if not 0.0 < spec.threshold <= 1.0:
             raise ValueError(f'similarity threshold must be in (0, 1], got {spec.threshold}')
-        if cluster_size <= 0 or probes <= 0 or max_group <= 1:
-            raise ValueError(f'need cluster_size > 0, probes > 0, max_group > 1; got '
-                             f'{cluster_size}, {probes}, {max_group}')
+        if cluster_size <= 0 or max_group <= 1:
+            raise ValueError(f'need cluster_size > 0, max_group > 1; got {cluster_size}, {max_group}')
         self._spec = spec
         self._config = config
         self._index = index
         self._same_topic = same_topic
         self._shared_entity = shared_entity
         self._cluster_size = cluster_size
-        self._probes = probes
         self._max_group = max_group
 
     def expand(self, chunks):
@@ -288,7 +286,7 @@ class DropSimilarPairs(beam.PTransform):
             chunks
             | 'BatchForClusters' >> beam.BatchElements(min_batch_size=1, max_batch_size=256)
             | 'EmitClusterKeys' >> beam.ParDo(
-                ClusterKeysFn(self._config.scope, self._probes, self._same_topic, self._shared_entity),
+                ClusterKeysFn(self._config.scope, self._config.similarity_probes, self._same_topic, self._shared_entity),
                 beam.pvalue.AsSingleton(centroids))  # small: k centroids, trained on a bounded sample
             | 'GroupByCluster' >> beam.GroupByKey()
             | 'VerifyGroup' >> beam.ParDo(VerifyGroupFn(

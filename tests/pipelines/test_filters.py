@@ -235,6 +235,7 @@ def test_filter_settings_from_config_file(tmp_path):
     (['--filter', 'exact@0.5'], 'takes no threshold'),
     (['--minhash_num_perm', '0'], 'num_perm'),
     (['--warn_doc_loss', '1.5'], 'warn_doc_loss'),
+    (['--filter', 'similarity', '--similarity_probes', '0'], 'similarity_probes'),
     (['--filter', 'ner_exact', '--entity_labels', 'ORG,NOPE'], 'NOPE'),
 ])
 def test_bad_filter_settings_fail_before_running(redundant_corpus, tmp_path, flags, message):
