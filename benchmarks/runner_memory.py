@@ -2,7 +2,8 @@
 
 `Create` -> `Map` -> `Reshuffle` -> `Map` -> `Reshuffle` -> `Map` ->
 `Count.Globally` over N elements of about 1.8 KB (an id, 250 characters and
-384 float32, like a chunk), with `--direct_running_mode=multi_processing
+384 float32, like a chunk's embedding; `--floats 1024`: about 4.3 KB, like a
+chunk with its embedding, MinHash signature and text), with `--direct_running_mode=multi_processing
 --direct_num_workers=2`: no step gathers anything, so whatever grows with N in
 the launcher or the SDK workers is the runner's. Prints the peak RSS (VmHWM)
 of the launcher and of each worker per N.
@@ -25,6 +26,7 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 n = int(sys.argv[1])
+floats = int(sys.argv[2])
 
 
 def ids(start):
@@ -32,7 +34,7 @@ def ids(start):
 
 
 def payload(i):
-    return ('doc%07d' % i, 'x' * 250, np.full(384, i, np.float32))
+    return ('doc%07d' % i, 'x' * 250, np.full(floats, i, np.float32))
 
 
 def work(element):
@@ -50,12 +52,16 @@ with beam.Pipeline(options=options) as p:
 '''
 
 
-def control_peaks(n: int) -> tuple[float, list[float], float]:
-    """Runs the control pipeline on `n` elements: (launcher MiB, worker MiB largest first, seconds)."""
+def control_peaks(n: int, floats: int = 384) -> tuple[float, list[float], float]:
+    """Runs the control pipeline on `n` elements of `floats` float32 each.
+
+    Returns:
+      `(launcher MiB, worker MiB largest first, seconds)`.
+    """
     sys.path.insert(0, REPO)
     from benchmarks.scale import TreeSampler
 
-    proc = subprocess.Popen([sys.executable, '-c', PIPELINE, str(n)],
+    proc = subprocess.Popen([sys.executable, '-c', PIPELINE, str(n), str(floats)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sampler = TreeSampler(proc.pid, 0.3)
     sampler.start()
@@ -71,9 +77,12 @@ def control_peaks(n: int) -> tuple[float, list[float], float]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--sizes', type=str, default='20000,160000', help='Comma-separated element counts.')
+    parser.add_argument('--floats', type=int, default=384,
+                        help='float32 per element (384: an embedding; 1024: about a chunk with its '
+                             'embedding, MinHash signature and text).')
     args = parser.parse_args()
     for n in [int(s) for s in args.sizes.split(',') if s.strip()]:
-        launcher, workers, seconds = control_peaks(n)
+        launcher, workers, seconds = control_peaks(n, args.floats)
         print(f'N={n}: {seconds:.0f} s, launcher {launcher:.0f} MiB, '
               f'workers {" / ".join(f"{w:.0f}" for w in workers)} MiB', flush=True)
 

@@ -7,6 +7,7 @@ the chunks through a CoGroupByKey on chunk_id, never a side input.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -19,7 +20,7 @@ from transforms import candidates, dedup
 from transforms.entities import entity_names
 from transforms.features import TrainOnSample
 from transforms.filter_chunks import DROPPED, KEPT, _Counters, counter_namespace
-from transforms.filters.minhash import BandMember, band_members, bucket_edges, estimated_jaccard, minhash_keepers
+from transforms.filters.minhash import BandMember, band_members, bucket_pairs, estimated_jaccard, minhash_keepers
 from transforms.greedy_rounds import ResolveGreedy
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
@@ -89,20 +90,44 @@ class JoinDecisions(beam.PTransform):
 
 
 def band_entries(chunk: Chunk, b: int, r: int, scope: Sequence[str] = ()):
-    """`((scope key, band_key), BandMember)` for each LSH band (`filters.minhash.band_members`).
+    """`((scope key, band_key), BandMember without signature)` for each LSH band (`band_members`).
 
     The scope key in the bucket key means chunks of different scopes never
-    share a bucket, so they are never candidates.
+    share a bucket, so they are never candidates. The signature stays out of
+    the buckets: a chunk is in b of them.
     """
     prefix = chunk_scope(chunk, scope)
     for key, member in band_members(chunk, b, r):
-        yield (prefix, key), member
+        yield (prefix, key), dataclasses.replace(member, minhash=None)
 
 
-def verified_edges(bucket: tuple[tuple, Iterable[BandMember]], threshold: float):
-    """The verified edges of one bucket (`filters.minhash.bucket_edges`: O(n) comparisons)."""
+def candidate_pairs(bucket: tuple[tuple, Iterable[BandMember]]):
+    """`(id_a, key_a, id_b, key_b)` for the candidate pairs of one bucket (`bucket_pairs`: O(n))."""
     _, members = bucket
-    return bucket_edges(members, threshold)
+    for a, b in bucket_pairs(members):
+        yield a.chunk_id, a.keep_key, b.chunk_id, b.keep_key
+
+
+def pair_by(pair: tuple, end: int) -> tuple[str, tuple]:
+    """A candidate pair keyed by its first (`end` 0) or second (`end` 2) chunk_id."""
+    return pair[end], pair
+
+
+def attach_first_signature(joined):
+    """`(id_b, (pair, signature of a))` for the pairs whose first chunk is the key."""
+    _, groups = joined
+    signature = next(iter(groups['signature']))
+    for pair in groups['pair']:
+        yield pair[2], (pair, signature)
+
+
+def verify_pairs(joined, threshold: float):
+    """The pairs whose second chunk is the key and whose estimated Jaccard is >= threshold: the edges."""
+    _, groups = joined
+    signature = np.asarray(next(iter(groups['signature'])), np.uint64)
+    for pair, first in groups['pair']:
+        if estimated_jaccard(np.asarray(first, np.uint64), signature) >= threshold:
+            yield pair
 
 
 def resolve_components(edges: Iterable[tuple]) -> list[tuple[str, str]]:
@@ -136,11 +161,13 @@ class DropNearDuplicates(beam.PTransform):
     """MinHash-LSH. PCollection[Chunk] (with minhash) -> {'kept', 'dropped'}.
 
     Candidates come from a GroupByKey on `(scope, LSH band key)` (never all
-    pairs) and are verified in O(n) per bucket
-    (`filters.minhash.bucket_edges`); only the verified edges, `(id, keep
-    key, id, keep key)` tuples without signatures, are gathered on one
-    worker: they stay small (at most `filters.minhash.LSH_ANCHORS + 1` per
-    bucket member, distinct, and only for chunks that have a
+    pairs), at most `filters.minhash.LSH_ANCHORS + 1` per bucket member
+    (`filters.minhash.bucket_pairs`, as `bucket_edges` takes them in
+    memory). The buckets hold ids and keep keys only; each candidate pair
+    meets the two signatures by two keyed joins on chunk_id and is verified
+    there. Only the verified edges, `(id, keep key, id, keep key)` tuples,
+    are gathered on one worker: they stay small (distinct, at most
+    `LSH_ANCHORS + 1` per bucket member, and only for chunks that have a
     near-duplicate). Components keep their first chunk
     (`filters.minhash.minhash_keepers`). The decisions reach the chunks by
     keyed joins (CoGroupByKey on chunk_id: first the keeper's signature, for
@@ -159,18 +186,29 @@ class DropNearDuplicates(beam.PTransform):
         self._index = index
 
     def expand(self, chunks):
-        decisions = (
+        signatures = chunks | 'SignatureById' >> beam.Map(signature_by_id)
+        pairs = (
             chunks
             | 'EmitBandKeys' >> beam.FlatMap(band_entries, self._b, self._r, self._scope)
             | 'GroupByBand' >> beam.GroupByKey()
-            | 'VerifyBucket' >> beam.FlatMap(verified_edges, self._threshold)
-            | 'DistinctEdges' >> beam.Distinct()
+            | 'BucketPairs' >> beam.FlatMap(candidate_pairs)
+            | 'DistinctPairs' >> beam.Distinct()
+        )
+        first_signed = (
+            {'pair': pairs | 'ByFirst' >> beam.Map(pair_by, 0), 'signature': signatures}
+            | 'JoinFirst' >> beam.CoGroupByKey()
+            | 'AttachFirst' >> beam.FlatMap(attach_first_signature)
+        )
+        decisions = (
+            {'pair': first_signed, 'signature': signatures}
+            | 'JoinSecond' >> beam.CoGroupByKey()
+            | 'VerifyPairs' >> beam.FlatMap(verify_pairs, self._threshold)
             | 'GatherEdges' >> beam.combiners.ToList()  # small: verified edges, ids only
             | 'ResolveComponents' >> beam.FlatMap(resolve_components)
         )
         keeper_signatures = (
             {
-                'signature': chunks | 'SignatureById' >> beam.Map(signature_by_id),
+                'signature': signatures,
                 'dropped': decisions | 'KeyByKeeper' >> beam.Map(keeper_first),
             }
             | 'JoinKeepers' >> beam.CoGroupByKey()

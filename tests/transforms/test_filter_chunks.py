@@ -29,10 +29,11 @@ from transforms.filter_chunks import (
     intra_doc_group,
     step_label,
 )
-from transforms.filter_pairs import DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries, resolve_components, verified_edges
+from transforms.filter_pairs import (DropHalfEntityOverlaps, DropNearDuplicates, DropSimilarPairs, band_entries,
+                                     candidate_pairs, resolve_components)
 from transforms.filters.exact import drop_exact
 from transforms.filters.intra_doc import intra_doc, salience
-from transforms.filters.minhash import drop_minhash_groups
+from transforms.filters.minhash import drop_minhash_groups, estimated_jaccard
 from transforms.filters.ner_exact import drop_ner_exact
 from transforms.filters.ner_half import drop_ner_half
 from transforms.filters.random_control import drop_random
@@ -94,7 +95,10 @@ def test_lsh_buckets_and_components_match_the_pure_filter():
         for key, member in band_entries(chunk, b, r):
             buckets.setdefault(key, []).append(member)
     assert not any(m.chunk_id == 'z#2' for ms in buckets.values() for m in ms)  # empty text
-    edges = [e for item in buckets.items() for e in verified_edges(item, 0.7)]
+    assert all(m.minhash is None for ms in buckets.values() for m in ms)  # signatures stay out of buckets
+    signature = {c.chunk_id: c.minhash for c in chunks}
+    pairs = {p for item in buckets.items() for p in candidate_pairs(item)}
+    edges = [p for p in pairs if estimated_jaccard(signature[p[0]], signature[p[2]]) >= 0.7]
     got = resolve_components(edges)
     _, dropped = drop_minhash_groups(chunks, 0.7)
     assert got == sorted((d.chunk.chunk_id, d.duplicate_of) for d in dropped)

@@ -88,11 +88,15 @@ LSH_ANCHORS = 3
 
 @dataclasses.dataclass(frozen=True)
 class BandMember:
-    """What an LSH bucket holds of a chunk: enough to verify and to pick keepers."""
+    """What an LSH bucket holds of a chunk: its id and keep key, and its signature to verify in memory.
+
+    The build's buckets leave the signature out (None): a chunk is in b
+    buckets, and its signature reaches only the candidate pairs it is in.
+    """
 
     chunk_id: str
     keep_key: tuple
-    minhash: np.ndarray
+    minhash: Optional[np.ndarray] = None
 
 
 def band_members(chunk: Chunk, b: int, r: int) -> list[tuple[bytes, BandMember]]:
@@ -118,34 +122,36 @@ def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / a.shape[0]
 
 
-def bucket_edges(
-    members: Iterable[BandMember], threshold: float, anchors: int = LSH_ANCHORS
-) -> list[tuple[str, tuple, str, tuple]]:
-    """The verified edges of one LSH bucket, in O(n) comparisons.
+def bucket_pairs(members: Iterable[BandMember], anchors: int = LSH_ANCHORS) -> list[tuple[BandMember, BandMember]]:
+    """The candidate pairs of one LSH bucket, O(n) of them: `(a, b)`, `a` before `b` in keep order.
 
     Members are sorted in keep order (then chunk_id, so runner order never
-    matters); each is compared with the bucket's first `anchors` members and
-    with its predecessor, and a pair is an edge when its estimated Jaccard is
-    at least `threshold`. All pairs would cost n^2/2 in a hot bucket (one
+    matters); each is paired with the bucket's first `anchors` members and
+    with its predecessor. All pairs would cost n^2/2 in a hot bucket (one
     boilerplate paragraph with small changes); linking to the first members
     and the predecessor connects the bucket's members that are near the
     bucket's head or near each other in keep order, which is what the
     components need. A pair of members that pass only with each other and
     are neither anchors nor neighbours is missed (it may still meet in
     another band's bucket).
+    """
+    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
+    return [(ordered[x], ordered[y])
+            for y in range(1, len(ordered))
+            for x in sorted(set(range(min(anchors, y))) | {y - 1})]
+
+
+def bucket_edges(
+    members: Iterable[BandMember], threshold: float, anchors: int = LSH_ANCHORS
+) -> list[tuple[str, tuple, str, tuple]]:
+    """The verified edges of one LSH bucket: its `bucket_pairs` whose estimated Jaccard is >= threshold.
 
     Returns:
       `(id_a, keep_key_a, id_b, keep_key_b)` edges, `a` before `b` in keep order.
     """
-    ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
-    edges = []
-    for y in range(1, len(ordered)):
-        b = ordered[y]
-        for x in sorted(set(range(min(anchors, y))) | {y - 1}):
-            a = ordered[x]
-            if estimated_jaccard(a.minhash, b.minhash) >= threshold:
-                edges.append((a.chunk_id, a.keep_key, b.chunk_id, b.keep_key))
-    return edges
+    return [(a.chunk_id, a.keep_key, b.chunk_id, b.keep_key)
+            for a, b in bucket_pairs(members, anchors)
+            if estimated_jaccard(a.minhash, b.minhash) >= threshold]
 
 
 def minhash_keepers(edges: Iterable[tuple[str, tuple, str, tuple]]) -> dict[str, str]:
