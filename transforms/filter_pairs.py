@@ -21,7 +21,7 @@ from transforms.entities import entity_names
 from transforms.features import TrainOnSample
 from transforms.filter_chunks import DROPPED, KEPT, _Counters, counter_namespace
 from transforms.filters.minhash import BandMember, band_members, bucket_pairs, estimated_jaccard, minhash_keepers
-from transforms.greedy_rounds import ResolveGreedy
+from transforms.greedy_rounds import ResolveGreedy, by_end
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 
@@ -108,11 +108,6 @@ def candidate_pairs(bucket: tuple[tuple, Iterable[BandMember]]):
         yield a.chunk_id, a.keep_key, b.chunk_id, b.keep_key
 
 
-def pair_by(pair: tuple, end: int) -> tuple[str, tuple]:
-    """A candidate pair keyed by its first (`end` 0) or second (`end` 2) chunk_id."""
-    return pair[end], pair
-
-
 def attach_first_signature(joined):
     """`(id_b, (pair, signature of a))` for the pairs whose first chunk is the key."""
     _, groups = joined
@@ -195,7 +190,7 @@ class DropNearDuplicates(beam.PTransform):
             | 'DistinctPairs' >> beam.Distinct()
         )
         first_signed = (
-            {'pair': pairs | 'ByFirst' >> beam.Map(pair_by, 0), 'signature': signatures}
+            {'pair': pairs | 'ByFirst' >> beam.Map(by_end, 0), 'signature': signatures}
             | 'JoinFirst' >> beam.CoGroupByKey()
             | 'AttachFirst' >> beam.FlatMap(attach_first_signature)
         )

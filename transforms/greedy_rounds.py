@@ -41,6 +41,7 @@ LATE, EARLY = 0, 2
 
 
 def by_end(edge: tuple, end: int) -> tuple[str, tuple]:
+    """An edge (or candidate pair: ids at 0 and 2) keyed by the chunk_id at `end`."""
     return edge[end], edge
 
 
