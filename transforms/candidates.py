@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from transforms.dedup import unit_rows
+from transforms.dedup import SIM_EPS, unit_rows
 
 # Chunks a cluster should hold on average: k = n / CLUSTER_SIZE clusters.
 CLUSTER_SIZE = 500
@@ -31,15 +31,13 @@ CLUSTER_SAMPLE = 20_000
 MAX_GROUP = 5_000
 # A chunk keeps edges to at most this many earlier neighbours per block
 # (the block's own greedy keepers first, then the earliest); more are
-# counted (`capped_chunks`). The
-# Chroma texts of recursive and fixed 400/200 together (3,330 chunks) have
-# at most 29 earlier neighbours per chunk at cosine 0.8, 15 at 0.9.
+# counted (`capped_chunks`). The Chroma texts of recursive and fixed 400/200
+# together (3,330 chunks) have at most 29 earlier neighbours per chunk at
+# cosine 0.8, 15 at 0.9.
 MAX_EARLIER = 32
 # Candidate scores come from float32 products; the margin covers their error
 # before each passing pair is re-scored in float64.
 _MARGIN = 1e-3
-# Cosines of identical vectors can come out as 0.99999994 (as dedup.SIM_EPS).
-_SIM_EPS = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +136,7 @@ def verify_block(
                 break
             early = block[a]
             score = float(x64[a] @ x64[b])
-            if score < threshold - _SIM_EPS:
+            if score < threshold - SIM_EPS:
                 continue
             if same_topic and early.topic != late.topic:
                 continue

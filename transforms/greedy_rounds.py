@@ -37,7 +37,7 @@ _DROPPED = 'dropped'
 
 # An edge: (later_id, later_key, earlier_id, earlier_key, score); only the
 # earlier end can drop the later one.
-LATE, EARLY = 0, 2
+LATE, EARLY, EARLY_KEY, SCORE = 0, 2, 3, 4
 
 
 def by_end(edge: tuple, end: int) -> tuple[str, tuple]:
@@ -87,8 +87,8 @@ def best_keeper(joined):
         return
     edges = list(groups['edge'])
     if edges:
-        best = min(edges, key=lambda e: (-e[4], e[3], e[EARLY]))
-        yield chunk_id, (best[EARLY], best[4])
+        best = min(edges, key=lambda e: (-e[SCORE], e[EARLY_KEY], e[EARLY]))
+        yield chunk_id, (best[EARLY], best[SCORE])
 
 
 class _DropEdgesAt(beam.PTransform):
