@@ -29,6 +29,11 @@ CLUSTER_SAMPLE = 20_000
 # split in keep order into blocks of this size; pairs across blocks are not
 # compared and each split is counted.
 MAX_GROUP = 5_000
+# Each block of a split group starts with the group's first members (as
+# MinHash verifies a bucket against its first members), so a near copy in
+# any block meets the group's head: without them each block of a hot
+# cluster would keep its own first copy.
+GROUP_ANCHORS = 32
 # A chunk keeps edges to at most this many earlier neighbours per block
 # (the block's own greedy keepers first, then the earliest); more are
 # counted (`capped_chunks`). The Chroma texts of recursive and fixed 400/200
@@ -81,10 +86,21 @@ def nearest_clusters(centroids: Optional[np.ndarray], embeddings: np.ndarray, pr
     return np.argsort(-sims, axis=1, kind='stable')[:, :p].astype(np.int64)
 
 
-def split_group(members: Iterable[SimMember], max_group: int = MAX_GROUP) -> list[list[SimMember]]:
-    """A group in keep order (runner order never matters), in blocks of at most `max_group`."""
+def split_group(
+    members: Iterable[SimMember], max_group: int = MAX_GROUP, anchors: int = GROUP_ANCHORS
+) -> list[list[SimMember]]:
+    """A group in keep order (runner order never matters), in blocks of at most `max_group`.
+
+    Every block after the first starts with the group's first `anchors`
+    members (fewer if `max_group` is small), so each block stays in keep order
+    and its members meet the group's head.
+    """
     ordered = sorted({m.chunk_id: m for m in members}.values(), key=lambda m: (m.keep_key, m.chunk_id))
-    return [ordered[i : i + max_group] for i in range(0, len(ordered), max_group)]
+    if len(ordered) <= max_group:
+        return [ordered] if ordered else []
+    head = ordered[: min(anchors, max_group - 1)]
+    step = max_group - len(head)
+    return [ordered[:max_group]] + [head + ordered[i : i + step] for i in range(max_group, len(ordered), step)]
 
 
 def local_keepers(close: np.ndarray) -> np.ndarray:

@@ -80,7 +80,23 @@ def test_a_capped_chunk_keeps_its_edge_to_the_blocks_keeper_first():
 
 def test_hot_groups_are_split_in_keep_order():
     members = members_of(near_copies())
-    blocks = candidates.split_group(members[::-1], max_group=7)
+    blocks = candidates.split_group(members[::-1], max_group=7, anchors=0)
     assert [len(b) for b in blocks] == [7] * 8 + [4]
     flat = [m.chunk_id for b in blocks for m in b]
     assert flat == [m.chunk_id for m in sorted(members, key=lambda m: (m.keep_key, m.chunk_id))]
+
+
+def test_blocks_of_a_hot_group_start_with_its_head():
+    # 40 copies of one vector in blocks of 10: without anchors each block keeps its first copy.
+    chunks = [make('d', i, f't{i}', embedding=np.ones(8, np.float32)) for i in range(40)]
+    members = members_of(chunks)
+    order = [m.chunk_id for m in candidates.split_group(members)[0]]
+    for anchors, kept in ((0, 4), (3, 1)):
+        blocks = candidates.split_group(members, max_group=10, anchors=anchors)
+        assert all(len(b) <= 10 for b in blocks)
+        assert all([m.chunk_id for m in b[:anchors]] == order[:anchors] for b in blocks)
+        assert sorted({m.chunk_id for b in blocks for m in b}) == sorted(order)
+        edges = {e for b in blocks for e in candidates.verify_block(b, 0.9)[0]}
+        assert len(order) - len(candidates.greedy_keep_first(edges)) == kept
+
+
