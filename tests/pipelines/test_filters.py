@@ -4,7 +4,7 @@ import faiss
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines import build_index, build_options
 from transforms.filters.random_control import random_unit
 
 ARSENAL = (
@@ -222,8 +222,8 @@ def test_filter_settings_from_config_file(tmp_path):
         'input: in\noutput: out\nfilter: exact,minhash@0.7,random@0.2\nminhash_num_perm: 64\n'
         'minhash_shingle_size: 2\nentity_labels: [ORG, PERSON]\nintra_doc_boost_mode: linear\n'
         'warn_doc_loss: 0.3\n')
-    options = build_index.parse_args(['--config', str(config), '--random_seed', '9'])
-    filters = build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions)).filters
+    options = build_options.parse_args(['--config', str(config), '--random_seed', '9'])
+    filters = build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions)).filters
     assert [(s.name, s.threshold) for s in filters.specs] == [('exact', None), ('minhash', 0.7), ('random', 0.2)]
     assert (filters.minhash_num_perm, filters.minhash_shingle_size, filters.random_seed) == (64, 2, 9)
     assert filters.entity_labels == ('ORG', 'PERSON') and filters.intra_doc_boost_mode == 'linear'

