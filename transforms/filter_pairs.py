@@ -20,8 +20,9 @@ from transforms import candidates, dedup
 from transforms.entities import entity_names
 from transforms.features import TrainOnSample
 from transforms.filter_chunks import DROPPED, KEPT, _Counters, counter_namespace
-from transforms.filters.minhash import BandMember, band_members, bucket_pairs, estimated_jaccard, minhash_keepers
+from transforms.filters.minhash import BandMember, band_members, bucket_pairs, minhash_keepers
 from transforms.greedy_rounds import ResolveGreedy, by_end
+from transforms.minhash import estimated_jaccard
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 

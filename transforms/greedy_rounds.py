@@ -61,7 +61,8 @@ def split_roots(joined):
     out-edges on to the next step.
     """
     _, groups = joined
-    is_root = not list(groups['in'])
+    # Whether any earlier neighbour is left (its markers are None); none is materialized.
+    is_root = not any(True for _ in groups['in'])
     for edge in groups['out']:
         if is_root:
             yield pvalue.TaggedOutput(_DROPPED, edge[LATE])

@@ -33,12 +33,12 @@ from transforms.filter_pairs import (DropHalfEntityOverlaps, DropNearDuplicates,
                                      candidate_pairs, resolve_components)
 from transforms.filters.exact import drop_exact
 from transforms.filters.intra_doc import intra_doc, salience
-from transforms.filters.minhash import drop_minhash_groups, estimated_jaccard
+from transforms.filters.minhash import drop_minhash_groups
 from transforms.filters.ner_exact import drop_ner_exact
 from transforms.filters.ner_half import drop_ner_half
 from transforms.filters.random_control import drop_random
 from transforms.filters.similarity import drop_similar
-from transforms.minhash import MinHashConfig, signatures
+from transforms.minhash import MinHashConfig, estimated_jaccard, signatures
 from transforms.topics import topics
 from transforms.types import Chunk, Dropped
 

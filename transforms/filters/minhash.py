@@ -15,7 +15,7 @@ import numpy as np
 
 from transforms.dedup import keep_order_key, kept_and_dropped
 from transforms.filters import PAIRS, FilterDef
-from transforms.minhash import band_keys, is_empty_signature, lsh_bands
+from transforms.minhash import band_keys, estimated_jaccard, is_empty_signature, lsh_bands
 from transforms.types import Chunk, Dropped
 
 T = TypeVar('T', bound=Hashable)
@@ -115,11 +115,6 @@ def band_members(chunk: Chunk, b: int, r: int) -> list[tuple[bytes, BandMember]]
         return []
     member = BandMember(chunk.chunk_id, keep_order_key(chunk), sig)
     return [(key, member) for key in band_keys(sig, b, r)]
-
-
-def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """The share of MinHash values two signatures agree on."""
-    return float(np.count_nonzero(a == b)) / a.shape[0]
 
 
 def bucket_pairs(members: Iterable[BandMember], anchors: int = LSH_ANCHORS) -> list[tuple[BandMember, BandMember]]:
