@@ -121,17 +121,6 @@ def parse_filters(spec: str) -> list[FilterSpec]:
     return out
 
 
-def __getattr__(name: str):
-    # Derived from the filter registry on first use (it imports this module).
-    from transforms import filters
-
-    if name == 'FILTER_DEFAULTS':
-        return {n: f.default for n, f in filters.registry().items()}
-    if name in ('NEEDS_MINHASH', 'NEEDS_ENTITIES', 'NEEDS_TOPICS'):
-        return filters.needing(name.removeprefix('NEEDS_').lower())
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-
-
 BOOST_MODES = ('log', 'linear')
 
 

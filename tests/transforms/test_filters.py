@@ -22,7 +22,6 @@ def test_everything_else_is_driven_by_the_registry():
     assert build_options.FILTER_NAMES == sorted(filters.names()) + ['cascade', 'none']
     assert {n: eval_grid.METHOD_NAMES[n] for n in filters.names()} == {
         n: f.label for n, f in filters.registry().items()}
-    assert dedup.FILTER_DEFAULTS == {n: f.default for n, f in filters.registry().items()}
     assert dedup.FilterSpec('minhash').threshold == filters.get('minhash').default
     with pytest.raises(ValueError, match='unknown filter'):
         dedup.FilterSpec('nope')
