@@ -19,7 +19,7 @@ from pipelines.build_options import BuildConfig, BuildIndexOptions, parse_args
 from transforms import dedup, feature_cache, read, write
 from transforms.chunk_documents import ChunkDocuments
 from transforms.filter_chunks import FilterChunks
-from transforms.models import SharedModel
+from transforms.embedding import SharedModel
 from transforms import lineage
 from transforms.types import Chunk, Dropped
 
@@ -53,7 +53,7 @@ def build_pipeline(
       and delta chunks) and 'dropped' (Dropped, with the features each chunk
       had when dropped).
     """
-    model = model or SharedModel(config.embedding.model, config.embedding.device)
+    model = model or SharedModel.of(config.embedding)
     inputs = p | 'ReadDocuments' >> read.ReadDocuments(
         config.input, config.max_doc_chars, config.max_file_bytes, config.max_metadata_bytes)
     chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
@@ -242,7 +242,7 @@ def discard(config: BuildConfig, target: Target) -> None:
 
 def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
-    handle = SharedModel(config.embedding.model, config.embedding.device)
+    handle = SharedModel.of(config.embedding)
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
@@ -260,7 +260,7 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     result.wait_until_finish()
     write.checkpoint('after_pipeline')
     manifest = make_manifest(
-        config, result, target, cache, dim, max_seq_length, time.perf_counter() - started)
+        config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started)
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)

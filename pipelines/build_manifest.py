@@ -17,7 +17,7 @@ from typing import Optional
 
 from pipelines import changes
 from pipelines.build_options import BuildConfig
-from transforms import lineage, write
+from transforms import kernels, lineage, write
 from transforms.filter_chunks import counter_namespace
 from transforms.types import DELTA
 
@@ -92,8 +92,8 @@ def log_filters(manifest: dict) -> None:
         LOG.warning('lineage check failed: %s', manifest['lineage'])
 
 
-def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wall_seconds) -> dict:
-    """The run's resolved config, versions, counts, cache use and time per stage."""
+def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds) -> dict:
+    """The run's resolved config, versions, kernels, counts, cache use and time per stage."""
     def table(name, columns):
         return write.read_table(posixpath.join(target.directory, name), columns)
 
@@ -144,6 +144,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, wa
         'run_id': target.run_id,
         'config': resolved,
         'model': {'name': config.embedding.model, 'dim': dim, 'max_seq_length': max_seq_length},
+        # What the vectors' last bits depend on, to compare two runs by.
+        'kernels': {**kernels.describe(config.embedding.kernels, config.embedding.device), 'probe': kernel_probe},
         'versions': package_versions(),
         'counts': {
             'files': counters.get('read.files', 0),

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli, snapshots
-from transforms import dedup, feature_cache, formats, indexes, read, records, write
+from transforms import dedup, feature_cache, formats, indexes, kernels, read, records, write
 from transforms.chunking import CHUNKERS, ChunkerConfig
 from transforms.embedding import EmbeddingConfig
 from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
@@ -62,6 +62,11 @@ class BuildIndexOptions(PipelineOptions):
                             help='Texts per forward pass of the embedding model.')
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
+        parser.add_argument('--embed_kernels', type=str, default=kernels.DEFAULT_MODE, choices=list(kernels.MODES),
+                            help='CPU kernels of the embedding model. portable: vectors are the same bits on '
+                                 'every x86-64 CPU with AVX2, whatever the batch and threads (slower on '
+                                 'AVX-512 CPUs); native: the CPU\'s fastest kernels, the same bits only on '
+                                 'CPUs of one kind (the manifest says so).')
         parser.add_argument('--filter', type=str, default='cascade',
                             help='Redundancy filters, comma-separated, run in the order given; '
                                  'NAME or NAME@THRESHOLD, NAME one of '
@@ -215,7 +220,8 @@ class BuildConfig:
             input=options.input,
             output=output,
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
-            embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device),
+            embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device,
+                                      options.embed_kernels),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
             max_file_bytes=formats.resolve_limits(options.max_file_bytes),

@@ -290,7 +290,8 @@ class Retriever:
                 f'the index was built with embedding model {built_name!r}, not {model_name!r}: '
                 'query it with the same model')
         if model is None:
-            model = load_embedding_model(built_name, device)
+            # A query vector is not stored: the service's own kernels are left as they are.
+            model = load_embedding_model(built_name, device, kernel_mode=None)
         dim = model.get_embedding_dimension()
         if dim != built_dim:
             raise ValueError(

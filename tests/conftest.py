@@ -6,7 +6,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from transforms import kernels
 from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+
+# Before any test can run a torch kernel: every in-process model then
+# computes with the kernels a build pins (see transforms/kernels.py).
+kernels.pin(kernels.DEFAULT_MODE)
 
 
 @pytest.fixture(autouse=True)

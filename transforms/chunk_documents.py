@@ -11,8 +11,8 @@ from apache_beam.metrics import Metrics
 
 from transforms import feature_cache
 from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
+from transforms.embedding import SharedModel
 from transforms.layout import chunk_metadata
-from transforms.models import SharedModel
 from transforms.semantic_chunking import semantic_spans
 from transforms.text import content_hash, text_key
 from transforms.types import Chunk, Document, make_chunk_id

@@ -36,8 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.chunking import token_offsets
-from transforms.embedding import EmbeddingConfig, embed_texts
-from transforms.models import SharedModel
+from transforms.embedding import EmbeddingConfig, SharedModel, embed_texts
 from transforms.text import content_hash, normalize_text
 from transforms.types import DELTA, Chunk, Dropped
 

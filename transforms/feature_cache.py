@@ -97,10 +97,11 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
 
     The weights are identified by their hash (`models.model_fingerprint`), so
     two paths to one model share entries and a retrained model under an old
-    name does not; `scheme` names ragsieve's padding, which the vectors' last
-    bits depend on.
+    name does not; `scheme` names ragsieve's padding, and `kernels` the
+    digest of the arithmetic (`embedding.kernel_probe`), which the vectors'
+    last bits depend on: vectors of other kernels are never mixed in.
     """
-    from transforms.embedding import LENGTH_BUCKET
+    from transforms.embedding import LENGTH_BUCKET, kernel_probe
     from transforms.models import model_fingerprint
 
     return {
@@ -109,6 +110,7 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
         'max_seq_length': model.max_seq_length,
         'device': device,
         'scheme': f'bucket-padding-{LENGTH_BUCKET}',
+        'kernels': kernel_probe(model, device),
         **_versions('torch', 'transformers', 'sentence-transformers'),
     }
 

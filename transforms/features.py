@@ -13,10 +13,9 @@ from apache_beam.metrics import Metrics
 
 from transforms import filters, topics
 from transforms.dedup import FilterConfig
-from transforms.embedding import EmbedChunks, EmbeddingConfig
+from transforms.embedding import EmbedChunks, EmbeddingConfig, SharedModel
 from transforms.entities import extract_entities, load_ner
 from transforms.minhash import MinHashConfig, signatures
-from transforms.models import SharedModel
 from transforms.types import FEATURE_FIELDS, FEATURES, Chunk, Dropped
 
 # Texts per batch handed to a feature DoFn; the libraries batch further inside.

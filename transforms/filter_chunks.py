@@ -13,10 +13,9 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms import dedup, filters
-from transforms.embedding import EmbeddingConfig
+from transforms.embedding import EmbeddingConfig, SharedModel
 from transforms.features import ComputeFeatures, dropped_with_features, feature_plan
 from transforms.filters.intra_doc import intra_doc, salience
-from transforms.models import SharedModel
 from transforms.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 

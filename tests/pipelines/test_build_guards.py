@@ -26,6 +26,10 @@ class ModelMustNotLoad:
     def __init__(self, *args, **kwargs):
         pass
 
+    @classmethod
+    def of(cls, config):
+        return cls()
+
     def acquire(self):
         raise AssertionError('the model was loaded before the check that should have failed')
 

@@ -3,7 +3,8 @@
 from transforms import feature_cache
 from transforms.chunk_documents import _ChunkDocumentFn, _ChunkWithCachedSpansFn
 from transforms.chunking import ChunkerConfig
-from transforms.models import DEFAULT_EMBEDDING_MODEL, SharedModel
+from transforms.embedding import SharedModel
+from transforms.models import DEFAULT_EMBEDDING_MODEL
 from transforms.text import text_key
 from transforms.types import Document
 

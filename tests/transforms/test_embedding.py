@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ORBITS, PASTA
-from transforms.embedding import EmbeddingConfig, _EmbedBatchFn, embed_texts, padded_length
-from transforms.models import SharedModel, load_embedding_model
+from transforms.embedding import EmbeddingConfig, SharedModel, _EmbedBatchFn, embed_texts, padded_length
+from transforms.models import load_embedding_model
 from transforms.types import Chunk
 
 TEXTS = [PASTA, ORBITS, 'short', PASTA * 10, 'Satellites orbit the Earth.', 'Boil the spaghetti in salted water.']

@@ -1,0 +1,202 @@
+"""The CPU kernels the embedding model runs on, pinned so its vectors are the same bits everywhere.
+
+A float32 sum depends on the order of its terms, and the kernels torch calls
+choose that order by themselves: MKL's sgemm by row count, threads and
+instruction set (AVX2, AVX-512, AMX), ATen's and oneDNN's element-wise and
+normalization kernels by instruction set. Measured on an AMX Xeon: one text
+alone and in a batch of 3 gave different last bits, and so did 1 and 2
+threads; MKL's strict reproducibility mode fixes both, and the AVX2 code
+path of all three libraries makes the bits those of any AVX2 CPU.
+
+Each library reads its setting from the environment when it first runs a
+kernel, so `pin` must run before the process's first forward pass; `check`
+reads back what MKL and ATen actually use and says when it is too late.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import os
+import platform
+from typing import Optional
+
+PORTABLE = 'portable'
+NATIVE = 'native'
+MODES = (PORTABLE, NATIVE)
+DEFAULT_MODE = PORTABLE
+
+# portable: every x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015)
+# runs the same instructions in the same order, whatever its newer units.
+_PORTABLE_ENV = {
+    # Strict conditional numerical reproducibility: a gemm's sums no longer
+    # depend on its row count or thread count.
+    'MKL_CBWR': 'AVX2,STRICT',
+    # An explicit MKL_ENABLE_INSTRUCTIONS=AVX512 wins over MKL_CBWR (measured).
+    'MKL_ENABLE_INSTRUCTIONS': 'AVX2',
+    'ATEN_CPU_CAPABILITY': 'avx2',
+    'ONEDNN_MAX_CPU_ISA': 'AVX2',
+}
+# native: the CPU's fastest code paths, still strict, so batches and threads
+# do not matter on one CPU; other CPU generations give other last bits.
+_NATIVE_ENV = {'MKL_CBWR': 'AUTO,STRICT'}
+
+# mkl_service.h
+_MKL_CBWR_BRANCH = 1
+_MKL_CBWR_ALL = ~0
+_MKL_CBWR_STRICT = 0x10000
+_MKL_BRANCHES = {1: 'OFF', 2: 'AUTO', 3: 'COMPATIBLE', 4: 'SSE2', 6: 'SSSE3', 7: 'SSE4_1', 8: 'SSE4_2',
+                 9: 'AVX', 10: 'AVX2', 12: 'AVX512', 14: 'AVX512_E1'}
+
+
+class KernelError(RuntimeError):
+    """The embedding kernels in effect are not the ones the build's promise needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelState:
+    """What this process's torch computes with; `None` where it cannot be read.
+
+    Attributes:
+      mkl_branch: MKL's reproducibility branch ('AVX2', 'AUTO', 'OFF', ...).
+      mkl_strict: Whether MKL's strict mode (thread-count independent) is on.
+      aten: ATen's CPU capability ('AVX2', 'AVX512', 'DEFAULT', ...).
+      onednn_max_isa: The ONEDNN_MAX_CPU_ISA oneDNN was started with, if any.
+      threads: torch's intra-op threads.
+    """
+
+    mkl_branch: Optional[str]
+    mkl_strict: Optional[bool]
+    aten: str
+    onednn_max_isa: Optional[str]
+    threads: int
+
+
+def check_mode(mode: str) -> str:
+    """Returns `mode` if it is one of `MODES`.
+
+    Raises:
+      ValueError: Otherwise.
+    """
+    if mode not in MODES:
+        raise ValueError(f'embed kernels must be one of {list(MODES)}, got {mode!r}')
+    return mode
+
+
+def pin(mode: str = DEFAULT_MODE) -> None:
+    """Sets the environment that puts torch's CPU kernels in `mode`.
+
+    Effective only before the process's first torch kernel; child processes
+    (the DirectRunner's workers) inherit it. Call `check` afterwards.
+    """
+    env = _PORTABLE_ENV if check_mode(mode) == PORTABLE else _NATIVE_ENV
+    os.environ.update(env)
+
+
+@functools.lru_cache(maxsize=1)
+def _mkl():
+    """torch's statically linked MKL service functions, or None (no MKL, e.g. aarch64)."""
+    import torch
+
+    path = os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so')
+    try:
+        get = ctypes.CDLL(path).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    return get
+
+
+def state() -> KernelState:
+    """Reads which kernels this process's torch uses (fixes ATen's choice if not yet made)."""
+    import torch
+
+    get = _mkl()
+    branch = strict = None
+    if get is not None:
+        branch = _MKL_BRANCHES.get(get(_MKL_CBWR_BRANCH), str(get(_MKL_CBWR_BRANCH)))
+        strict = bool(get(_MKL_CBWR_ALL) & _MKL_CBWR_STRICT)
+    return KernelState(branch, strict, torch.backends.cpu.get_cpu_capability(),
+                       os.environ.get('ONEDNN_MAX_CPU_ISA'), torch.get_num_threads())
+
+
+def check(mode: str, device: str = 'cpu') -> KernelState:
+    """Checks that torch runs `mode`'s kernels on `device`.
+
+    Returns:
+      The state read.
+
+    Raises:
+      KernelError: When torch ran a kernel before `pin`, so MKL or ATen kept
+        other settings, or when portable mode is impossible on this machine
+        (no MKL, e.g. not x86-64): the message says what to do.
+    """
+    now = state()
+    if device != 'cpu':
+        return now
+    if now.mkl_branch is None:
+        if mode == PORTABLE:
+            raise KernelError(
+                f'--embed_kernels {PORTABLE} needs torch with MKL on x86-64; this is {platform.machine()}: '
+                f'pass --embed_kernels {NATIVE} (vectors then are byte-stable on this kind of CPU only)')
+        return now
+    wanted = ('AVX2', True, 'AVX2') if mode == PORTABLE else (None, True, None)
+    got = (now.mkl_branch, now.mkl_strict, now.aten)
+    if any(w is not None and w != g for w, g in zip(wanted, got)):
+        raise KernelError(
+            f'embedding kernels are MKL {now.mkl_branch} (strict: {now.mkl_strict}), ATen {now.aten}, not '
+            f'--embed_kernels {mode}: torch ran before ragsieve could pin them in this process. Load the '
+            f'model through ragsieve first, or set {_env_line(mode)} before Python starts')
+    return now
+
+
+def _env_line(mode: str) -> str:
+    env = _PORTABLE_ENV if mode == PORTABLE else _NATIVE_ENV
+    return ' '.join(f'{k}={v}' for k, v in env.items())
+
+
+def describe(mode: str, device: str = 'cpu') -> dict:
+    """What a build's vectors depend on, for its manifest."""
+    import torch
+
+    now = state()
+    return {
+        'mode': mode,
+        'byte_stable_across_machines': device == 'cpu' and mode == PORTABLE and now.mkl_branch == 'AVX2',
+        'device': device,
+        'torch': torch.__version__,
+        'blas': _blas_line(),
+        'mkl_cbwr': None if now.mkl_branch is None else now.mkl_branch + (',STRICT' if now.mkl_strict else ''),
+        'aten_cpu_capability': now.aten,
+        'onednn_max_cpu_isa': now.onednn_max_isa,
+        'threads': now.threads,
+        'cpu': cpu_name(),
+    }
+
+
+def _blas_line() -> Optional[str]:
+    import torch
+
+    for line in torch.__config__.show().splitlines():
+        if 'Math Kernel Library' in line or 'BLAS' in line:
+            return line.strip(' -')
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name and its widest vector units, e.g. 'Intel(R) Xeon(R) Processor (amx)'."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name':
+                    name = value.strip()
+                elif key.strip() == 'flags':
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    widest = next((u for u, f in (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2')) if f in flags), None)
+    return f'{name} ({widest})' if widest else name
