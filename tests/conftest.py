@@ -13,6 +13,11 @@ from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 # computes with the kernels a build pins (see transforms/kernels.py).
 kernels.pin(kernels.DEFAULT_MODE)
 
+# The kernel probe digest (`embedding.kernel_probe`) of the packaged
+# all-MiniLM-L6-v2 in portable mode, on an AMX Xeon and under QEMU's Haswell
+# and EPYC-Rome CPUs (Intel and AMD without AVX-512): the same bits on each.
+PORTABLE_PROBE = '9c459aa82618a962c57afc776555f4ef'
+
 
 @pytest.fixture(autouse=True)
 def private_cache_home(tmp_path, monkeypatch):

@@ -8,6 +8,14 @@ alone and in a batch of 3 gave different last bits, and so did 1 and 2
 threads; MKL's strict reproducibility mode fixes both, and the AVX2 code
 path of all three libraries makes the bits those of any AVX2 CPU.
 
+MKL offers its AVX2 reproducibility branch on Intel CPUs only: on AMD it
+refuses every branch but COMPATIBLE (3.5x slower) and falls back to strict
+mode on its own branch, which the AVX2 cap keeps to AVX2 instructions. That
+is not a guarantee MKL documents; measured under QEMU's EPYC-Rome CPU model
+it gives the bits of Intel's AVX2 branch, and every worker's probe is
+compared with the launcher's (`embedding.SharedModel`), so a difference
+stops the build.
+
 Each library reads its setting from the environment when it first runs a
 kernel, so `pin` must run before the process's first forward pass; `check`
 reads back what MKL and ATen actually use and says when it is too late.
@@ -61,6 +69,8 @@ class KernelState:
     Attributes:
       mkl_branch: MKL's reproducibility branch ('AVX2', 'AUTO', 'OFF', ...).
       mkl_strict: Whether MKL's strict mode (thread-count independent) is on.
+      mkl_auto_branch: The branch MKL names for this CPU: 'AVX2', 'AVX512_E1',
+        ... on Intel; 'AUTO' where it names none (AMD).
       aten: ATen's CPU capability ('AVX2', 'AVX512', 'DEFAULT', ...).
       onednn_max_isa: The ONEDNN_MAX_CPU_ISA oneDNN was started with, if any.
       threads: torch's intra-op threads.
@@ -68,6 +78,7 @@ class KernelState:
 
     mkl_branch: Optional[str]
     mkl_strict: Optional[bool]
+    mkl_auto_branch: Optional[str]
     aten: str
     onednn_max_isa: Optional[str]
     threads: int
@@ -90,8 +101,11 @@ def pin(mode: str = DEFAULT_MODE) -> None:
     Effective only before the process's first torch kernel; child processes
     (the DirectRunner's workers) inherit it. Call `check` afterwards.
     """
-    env = _PORTABLE_ENV if check_mode(mode) == PORTABLE else _NATIVE_ENV
-    os.environ.update(env)
+    os.environ.update(_env(check_mode(mode)))
+
+
+def _env(mode: str) -> dict:
+    return _PORTABLE_ENV if mode == PORTABLE else _NATIVE_ENV
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,23 +115,25 @@ def _mkl():
 
     path = os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so')
     try:
-        get = ctypes.CDLL(path).mkl_serv_cbwr_get
+        lib = ctypes.CDLL(path)
+        get, auto = lib.mkl_serv_cbwr_get, lib.mkl_serv_cbwr_get_auto_branch
     except (OSError, AttributeError):
         return None
-    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
-    return get
+    get.restype, get.argtypes, auto.restype = ctypes.c_int, [ctypes.c_int], ctypes.c_int
+    return get, auto
 
 
 def state() -> KernelState:
     """Reads which kernels this process's torch uses (fixes ATen's choice if not yet made)."""
     import torch
 
-    get = _mkl()
-    branch = strict = None
-    if get is not None:
-        branch = _MKL_BRANCHES.get(get(_MKL_CBWR_BRANCH), str(get(_MKL_CBWR_BRANCH)))
+    mkl = _mkl()
+    branch = strict = auto = None
+    if mkl is not None:
+        get, get_auto = mkl
+        branch, auto = (_MKL_BRANCHES.get(b, str(b)) for b in (get(_MKL_CBWR_BRANCH), get_auto()))
         strict = bool(get(_MKL_CBWR_ALL) & _MKL_CBWR_STRICT)
-    return KernelState(branch, strict, torch.backends.cpu.get_cpu_capability(),
+    return KernelState(branch, strict, auto, torch.backends.cpu.get_cpu_capability(),
                        os.environ.get('ONEDNN_MAX_CPU_ISA'), torch.get_num_threads())
 
 
@@ -141,7 +157,7 @@ def check(mode: str, device: str = 'cpu') -> KernelState:
                 f'--embed_kernels {PORTABLE} needs torch with MKL on x86-64; this is {platform.machine()}: '
                 f'pass --embed_kernels {NATIVE} (vectors then are byte-stable on this kind of CPU only)')
         return now
-    wanted = ('AVX2', True, 'AVX2') if mode == PORTABLE else (None, True, None)
+    wanted = (portable_branch(now), True, 'AVX2') if mode == PORTABLE else (None, True, None)
     got = (now.mkl_branch, now.mkl_strict, now.aten)
     if any(w is not None and w != g for w, g in zip(wanted, got)):
         raise KernelError(
@@ -151,9 +167,13 @@ def check(mode: str, device: str = 'cpu') -> KernelState:
     return now
 
 
+def portable_branch(now: KernelState) -> str:
+    """The MKL branch portable mode gets: AVX2, or AUTO where MKL names no branch (AMD)."""
+    return 'AUTO' if now.mkl_auto_branch == 'AUTO' else 'AVX2'
+
+
 def _env_line(mode: str) -> str:
-    env = _PORTABLE_ENV if mode == PORTABLE else _NATIVE_ENV
-    return ' '.join(f'{k}={v}' for k, v in env.items())
+    return ' '.join(f'{k}={v}' for k, v in _env(mode).items())
 
 
 def describe(mode: str, device: str = 'cpu') -> dict:
@@ -163,7 +183,8 @@ def describe(mode: str, device: str = 'cpu') -> dict:
     now = state()
     return {
         'mode': mode,
-        'byte_stable_across_machines': device == 'cpu' and mode == PORTABLE and now.mkl_branch == 'AVX2',
+        'byte_stable_across_machines': (device == 'cpu' and mode == PORTABLE and now.mkl_branch is not None
+                                        and now.mkl_branch == portable_branch(now)),
         'device': device,
         'torch': torch.__version__,
         'blas': _blas_line(),
@@ -172,6 +193,7 @@ def describe(mode: str, device: str = 'cpu') -> dict:
         'onednn_max_cpu_isa': now.onednn_max_isa,
         'threads': now.threads,
         'cpu': cpu_name(),
+        'cpu_vendor': cpu_vendor(),
     }
 
 
@@ -184,19 +206,30 @@ def _blas_line() -> Optional[str]:
     return None
 
 
-def cpu_name() -> str:
-    """The CPU's model name and its widest vector units, e.g. 'Intel(R) Xeon(R) Processor (amx)'."""
-    name, flags = platform.processor() or platform.machine(), set()
+def cpu_vendor() -> str:
+    """'GenuineIntel', 'AuthenticAMD', ... from /proc/cpuinfo; '' where it cannot be read."""
+    return _cpuinfo().get('vendor_id', '')
+
+
+@functools.lru_cache(maxsize=1)
+def _cpuinfo() -> dict:
+    """The first processor's fields of /proc/cpuinfo (none off Linux)."""
+    fields = {}
     try:
         with open('/proc/cpuinfo') as f:
             for line in f:
-                key, _, value = line.partition(':')
-                if key.strip() == 'model name':
-                    name = value.strip()
-                elif key.strip() == 'flags':
-                    flags = set(value.split())
+                if not line.strip():
                     break
+                key, _, value = line.partition(':')
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name and its widest vector units, e.g. 'Intel(R) Xeon(R) Processor (amx)'."""
+    info = _cpuinfo()
+    name, flags = info.get('model name') or platform.processor() or platform.machine(), set(info.get('flags', '').split())
     widest = next((u for u, f in (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2')) if f in flags), None)
     return f'{name} ({widest})' if widest else name

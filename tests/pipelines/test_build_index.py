@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index
+from tests.conftest import PORTABLE_PROBE
 from transforms import write
 from transforms.text import content_hash
 
@@ -85,6 +86,11 @@ def test_output_contract(built):
     assert counts['documents_read'] == len(expected['documents']) + 1  # + the duplicate id
     assert manifest['config']['chunker'] == {'name': 'recursive', 'chunk_size': 64, 'chunk_overlap': 16, 'params': []}
     assert manifest['versions']['apache-beam'] and manifest['model']['dim'] == 384
+    # What the vectors' bits depend on, to compare two runs by.
+    kernels = manifest['kernels']
+    assert kernels['mode'] == 'portable' and kernels['byte_stable_across_machines']
+    assert kernels['mkl_cbwr'] == 'AVX2,STRICT' and kernels['aten_cpu_capability'] == 'AVX2'
+    assert kernels['probe'] == PORTABLE_PROBE and kernels['torch'].startswith('2.13.0')
     assert not list(out.parent.glob('out.staging-*'))
 
 

@@ -8,16 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ORBITS, PASTA
+from tests.conftest import ORBITS, PASTA, PORTABLE_PROBE
 from transforms import kernels
 from transforms.embedding import PROBE_TEXTS, embed_texts, kernel_probe
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXTS = [PASTA, ORBITS, 'short', PASTA * 10, 'Satellites orbit the Earth.', *PROBE_TEXTS]
-# The probe digest of the packaged all-MiniLM-L6-v2 in portable mode, on an
-# AMX Xeon (Sapphire Rapids) and under QEMU's Haswell and EPYC-Rome CPUs
-# (Intel and AMD without AVX-512): the same bits on each.
-PORTABLE_PROBE = '9c459aa82618a962c57afc776555f4ef'
 
 # Embeds TEXTS in a fresh process under the environment and thread count the
 # test gives, and prints the vectors' bytes as hex with the kernel state.
