@@ -47,7 +47,8 @@ _PORTABLE_ENV = {
     'ONEDNN_MAX_CPU_ISA': 'AVX2',
 }
 # native: the CPU's fastest code paths, still strict, so batches and threads
-# do not matter on one CPU; other CPU generations give other last bits.
+# do not matter on one CPU; other CPU generations give other last bits. The
+# portable caps are lifted, also those inherited from a portable parent.
 _NATIVE_ENV = {'MKL_CBWR': 'AUTO,STRICT'}
 
 # mkl_service.h
@@ -101,7 +102,11 @@ def pin(mode: str = DEFAULT_MODE) -> None:
     Effective only before the process's first torch kernel; child processes
     (the DirectRunner's workers) inherit it. Call `check` afterwards.
     """
-    os.environ.update(_env(check_mode(mode)))
+    env = _env(check_mode(mode))
+    for key in _PORTABLE_ENV.keys() - env.keys():
+        # Left by a portable parent process (the DirectRunner's launcher, a test).
+        os.environ.pop(key, None)
+    os.environ.update(env)
 
 
 def _env(mode: str) -> dict:
