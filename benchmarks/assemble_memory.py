@@ -1,6 +1,6 @@
 """Peak memory of the index-assembling steps, alone, on built outputs of growing size.
 
-The build's FAISS and BM25 steps (`transforms.indexes.write_faiss`,
+The build's FAISS and BM25 steps (`transforms.output.indexes.write_faiss`,
 `write_bm25`) are run on an existing output's chunk parts, each in a fresh
 process, so their peak RSS (VmHWM) is theirs alone and not the runner's: the
 DirectRunner's workers also buffer the PCollections they are handed, which

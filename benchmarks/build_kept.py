@@ -1,11 +1,11 @@
 """The build's distributed filters against the evaluation's in-memory ones, on the Chroma corpora.
 
 For each chunker, the chunks and their features come from the evaluation's
-stages (`eval_features`, with a feature cache if given: an evaluation run
+stages (`evaluation.features`, with a feature cache if given: an evaluation run
 over the same chunkers fills it). Each filter at its default threshold then
-runs twice: in memory (`dedup.apply_filter`, what the evaluation grid
+runs twice: in memory (`in_memory.apply_filter`, what the evaluation grid
 scores; the build's behaviour before the filters were scaled out) and as the
-build's Beam stage (`filter_chunks.filter_transform`: keys, candidate pairs,
+build's Beam stage (`dedup.stages.filter_transform`: keys, candidate pairs,
 keyed rounds) on the DirectRunner. Prints per chunker and filter both kept
 counts, whether the kept sets and each dropped chunk's keeper are
 identical, and the counters the Beam stage reported (verified_edges,
@@ -29,7 +29,9 @@ def beam_kept(chunks, specs, settings) -> tuple[dict, dict]:
 
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from transforms.filter_chunks import DROPPED, KEPT, counter_namespace, filter_transform
+
+    from transforms.dedup.stage_parts import DROPPED, KEPT, counter_namespace
+    from transforms.dedup.stages import filter_transform
 
     folder = tempfile.mkdtemp(prefix='build-kept-')
     pipeline = beam.Pipeline(options=PipelineOptions(['--direct_running_mode=in_memory']))
@@ -68,17 +70,20 @@ def main():
                                              'similarity_ner,similarity_topics_ner')
     args = parser.parse_args()
     sys.path.insert(0, REPO)
-    from pipelines.eval_features import FeatureStore, chunk_corpus, open_cache, with_features
-    from pipelines.eval_grid import chunker_label, parse_chunkers
-    from transforms import dedup
-    from transforms.datasets import read_chroma
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+    from transforms.dedup.config import FilterConfig, FilterSpec
+    from transforms.dedup.in_memory import apply_filter
+    from transforms.evaluation.datasets import read_chroma
+    from transforms.evaluation.features import FeatureStore, chunk_corpus, open_cache, with_features
+    from transforms.evaluation.grid import chunker_label, parse_chunkers
+    from transforms.features.embedding import EmbeddingConfig
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
-    settings = dedup.FilterConfig()
-    specs = [dedup.FilterSpec(name) for name in args.filters.split(',')]
+    settings = FilterConfig()
+    specs = [FilterSpec(name) for name in args.filters.split(',')]
     names = {s.name for s in specs}
     model = load_embedding_model(DEFAULT_EMBEDDING_MODEL)
-    store = FeatureStore(model, 64, settings, open_cache(args.cache, DEFAULT_EMBEDDING_MODEL, model, names))
+    store = FeatureStore(model, 64, settings.features, open_cache(
+        args.cache, EmbeddingConfig(DEFAULT_EMBEDDING_MODEL), model, settings.features, names))
     documents, _ = read_chroma(args.data)
     print('| chunker | filter | chunks | kept (in memory) | kept (Beam) | same kept | same keepers | Beam counters |')
     print('|---|---|---|---|---|---|---|---|')
@@ -86,7 +91,7 @@ def main():
         chunks = with_features(chunk_corpus(documents, chunker, store), names, store)
         beam_out, counters = beam_kept(chunks, specs, settings)
         for spec in specs:
-            kept, dropped = dedup.apply_filter(chunks, spec, settings)
+            kept, dropped = apply_filter(chunks, spec, settings)
             memory = {c.chunk_id for c in kept}
             keepers = {f'{d.chunk.chunk_id}\t{d.duplicate_of}' for d in dropped}
             beam_ids, beam_keepers = beam_out[spec.name]

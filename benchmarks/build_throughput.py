@@ -34,7 +34,7 @@ def floor_seconds(texts_file: str, batch_size: int, mode: str) -> float:
 
 
 def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
     texts = json.loads(open(texts_file).read())
     started = time.perf_counter()
@@ -44,7 +44,7 @@ def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
 
 
 def main():
-    from transforms import kernels
+    from transforms.features import kernels
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--data', type=str, default=os.path.join(REPO, '..', 'shared', 'data', 'chroma'),

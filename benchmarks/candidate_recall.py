@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def chunk_texts(paths, chunker, size, overlap, tokenizer):
-    from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
+    from transforms.chunking.chunkers import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 
     config = ChunkerConfig(chunker, size, overlap)
     texts = []
@@ -44,8 +44,8 @@ def true_pairs(scores: np.ndarray, threshold: float) -> set:
 
 
 def minhash_recall(texts, thresholds):
-    from transforms.filters.minhash import candidate_pairs_from_buckets
-    from transforms.minhash import MinHashConfig, band_keys, lsh_bands, signatures
+    from transforms.dedup.filters.minhash.decision import candidate_pairs_from_buckets
+    from transforms.features.minhash import MinHashConfig, band_keys, lsh_bands, signatures
 
     started = time.perf_counter()
     sigs = signatures(texts, MinHashConfig())
@@ -69,7 +69,7 @@ def minhash_recall(texts, thresholds):
 
 
 def cluster_candidates(vectors, cluster_size, probes):
-    from transforms import candidates
+    from transforms.dedup.filters.similarity import candidates
 
     centroids = candidates.train_clusters(vectors, len(vectors), 0, cluster_size)
     nearest = candidates.nearest_clusters(centroids, vectors, probes)
@@ -87,9 +87,9 @@ def cluster_candidates(vectors, cluster_size, probes):
 
 
 def similarity_recall(texts, thresholds, cluster_sizes, probes):
-    from transforms.filters.similarity import similar_pairs
-    from transforms.embedding import embed_texts
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+    from transforms.dedup.filters.similarity.decision import similar_pairs
+    from transforms.features.embedding import embed_texts
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
     vectors = embed_texts(load_embedding_model(DEFAULT_EMBEDDING_MODEL), texts)
     cosine = vectors.astype(np.float64) @ vectors.astype(np.float64).T
@@ -122,7 +122,7 @@ def main():
 
     from transformers import AutoTokenizer
 
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, resolve_model_path
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, resolve_model_path
 
     paths = sorted(glob.glob(os.path.join(args.data, '*.md')))
     if not paths:

@@ -2,7 +2,7 @@
 
 Chunks the Chroma corpora with the study's non-semantic chunkers (the
 evaluation's defaults), computes MinHash signatures, and writes, per chunker
-and filter, the sorted kept chunk ids of `dedup.apply_filter` (the evaluation's
+and filter, the sorted kept chunk ids of `in_memory.apply_filter` (the evaluation's
 in-memory path) as JSON. Run it with PYTHONPATH set to each checkout and diff:
 
     PYTHONPATH=/work/main python benchmarks/compare_kept.py --out /tmp/main.json
@@ -23,27 +23,28 @@ FILTERS = ('exact', 'minhash@0.6', 'minhash@0.7', 'minhash@0.8')
 def kept_sets(data: str) -> dict:
     from transformers import AutoTokenizer
 
-    from transforms import dedup
-    from transforms.chunk_documents import document_chunks
-    from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
-    from transforms.datasets import read_dataset
-    from transforms.minhash import signatures
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, resolve_model_path
+    from transforms.chunking.chunk_documents import document_chunks
+    from transforms.chunking.chunkers import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
+    from transforms.dedup.config import FilterConfig, parse_filters
+    from transforms.dedup.in_memory import apply_filter
+    from transforms.evaluation.datasets import read_dataset
+    from transforms.features.minhash import signatures
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_EMBEDDING_MODEL))
     documents, _ = read_dataset('chroma', data)
     tokens = {d.doc_id: TokenIndex(token_offsets(tokenizer, d.text)) for d in documents}
-    config = dedup.FilterConfig()
+    config = FilterConfig()
     out = {}
     for spec in CHUNKERS:
         name, size, overlap = spec.split(':')
         chunker = ChunkerConfig(name, int(size), int(overlap))
         chunks = [c for d in documents for c in document_chunks(d, chunk_spans(d.text, tokens[d.doc_id], chunker), tokens[d.doc_id])]
-        sigs = signatures([c.text for c in chunks], config.minhash_config())
+        sigs = signatures([c.text for c in chunks], config.features.minhash_config())
         chunks = [dataclasses.replace(c, minhash=s) for c, s in zip(chunks, sigs)]
         for item in FILTERS:
-            (filter_spec,) = dedup.parse_filters(item)
-            kept, _ = dedup.apply_filter(chunks, filter_spec, config)
+            (filter_spec,) = parse_filters(item)
+            kept, _ = apply_filter(chunks, filter_spec, config)
             out[f'{spec} {item}'] = sorted(c.chunk_id for c in kept)
             print(f'{spec} {item}: {len(chunks)} chunks, {len(kept)} kept', flush=True)
     return out

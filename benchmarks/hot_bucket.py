@@ -37,10 +37,10 @@ def main():
     parser.add_argument('--threshold', type=float, default=0.8, help='The minhash threshold.')
     args = parser.parse_args()
 
-    from transforms.filters.minhash import drop_minhash_groups
-    from transforms.minhash import MinHashConfig, signatures
-    from transforms.types import Chunk
+    from transforms.dedup.filters.minhash.decision import drop_minhash_groups
+    from transforms.features.minhash import MinHashConfig, signatures
     from transforms.text import content_hash
+    from transforms.types import Chunk
 
     print('| copies | signatures s | filter s | filter µs/chunk | kept |')
     print('| ---: | ---: | ---: | ---: | ---: |')

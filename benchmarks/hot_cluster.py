@@ -3,7 +3,7 @@
 N near-identical vectors (one direction plus seeded noise, cosine about 0.99
 to each other, as N copies of one boilerplate paragraph embed) all fall in
 one candidate cluster. The build's steps for a cluster group then run as in
-`filter_pairs.VerifyGroupFn`: `candidates.split_group` (blocks of
+`similarity.stage.VerifyGroupFn`: `candidates.split_group` (blocks of
 `MAX_GROUP` in keep order) and `candidates.verify_block` per block (each
 chunk keeps at most `MAX_EARLIER` edges), then `greedy_keep_first` over the
 distinct edges. The vectors are synthetic: the unit under test is the
@@ -23,7 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def hot_members(n: int, dim: int = 384, noise: float = 0.005, seed: int = 0):
     import numpy as np
-    from transforms.candidates import SimMember
+
+    from transforms.dedup.filters.similarity.candidates import SimMember
 
     rng = np.random.default_rng(seed)
     base = rng.normal(size=dim)
@@ -38,7 +39,8 @@ def main():
     parser.add_argument('--threshold', type=float, default=0.9, help='The similarity threshold.')
     args = parser.parse_args()
     sys.path.insert(0, REPO)
-    from transforms import candidates
+    from transforms.dedup.filters.similarity import candidates
+    from transforms.dedup.greedy import greedy_keep_first
 
     print('| copies | blocks | verified edges | per chunk | capped chunks | verify s | verify µs/chunk | '
           'greedy s | kept |')
@@ -54,7 +56,7 @@ def main():
             capped += cut
         verify = time.perf_counter() - started
         started = time.perf_counter()
-        dropped = candidates.greedy_keep_first(edges)
+        dropped = greedy_keep_first(edges)
         greedy = time.perf_counter() - started
         print(f'| {n} | {len(blocks)} | {len(edges)} | {len(edges) / n:.1f} | {capped} | {verify:.1f} | '
               f'{verify / n * 1e6:.0f} | {greedy:.1f} | {n - len(dropped)} |', flush=True)

@@ -83,7 +83,7 @@ def main():
     args = parser.parse_args()
 
     from pipelines import build_index
-    from transforms import feature_cache
+    from transforms.features import cache as feature_cache
 
     corpora = sorted(glob.glob(os.path.join(args.data, '*.md')))
     if not corpora:

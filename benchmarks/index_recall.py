@@ -1,7 +1,7 @@
 """Recall@10 of FAISS index types against the exact Flat index, on a built output.
 
 Assembles each `--index_type` from the output's chunk parts exactly as the
-build does (`transforms.indexes.assemble_faiss`: one part at a time, trained
+build does (`transforms.output.indexes.assemble_faiss`: one part at a time, trained
 types on the build's bounded sample), then searches it with query
 embeddings: sentences of Python's documentation (`pydoc_data.topics`, a
 seeded sample) embedded by the output's own model. Recall@10 is the share of
@@ -49,17 +49,17 @@ def main():
     import numpy as np
 
     from benchmarks.scale import source_sentences
-    from transforms import indexes, write
-    from transforms.embedding import embed_texts
-    from transforms.models import load_embedding_model
+    from transforms.features.embedding import embed_texts
+    from transforms.features.models import load_embedding_model
+    from transforms.output import indexes, tables
 
-    with open(os.path.join(args.output, write.MANIFEST_FILE)) as f:
+    with open(os.path.join(args.output, tables.MANIFEST_FILE)) as f:
         manifest = json.load(f)
     dim = manifest['model']['dim']
     model = load_embedding_model(manifest['config']['embedding']['model'])
     sentences = source_sentences()
     queries = embed_texts(model, random.Random(args.seed).sample(sentences, min(args.queries, len(sentences))))
-    chunks_dir = os.path.join(args.output, write.CHUNKS_DIR)
+    chunks_dir = os.path.join(args.output, tables.CHUNKS_DIR)
     faiss.omp_set_num_threads(1)
 
     def build(index_type):

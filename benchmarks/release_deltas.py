@@ -9,7 +9,7 @@ metadata {"release": N}) with no filter, with the default cascade and
 feature cache so each chunk is embedded once. Prints, per build: index rows
 (kept chunks + deltas) and their tokens, dropped chunks by reason, index
 bytes (chunks/ + index/), and the distinct sentences (regex splitter of
-transforms/deltas.py) found in the unfiltered build that no row of the
+transforms/lineage/deltas.py) found in the unfiltered build that no row of the
 filtered build contains.
 """
 
@@ -95,7 +95,7 @@ def main():
     args = parser.parse_args()
 
     from pipelines import build_index
-    from transforms.deltas import sentence_spans
+    from transforms.lineage.deltas import sentence_spans
     from transforms.text import normalize_text
 
     with tempfile.TemporaryDirectory() as tmp:

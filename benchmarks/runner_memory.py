@@ -59,7 +59,7 @@ def control_peaks(n: int, floats: int = 384) -> tuple[float, list[float], float]
       `(launcher MiB, worker MiB largest first, seconds)`.
     """
     sys.path.insert(0, REPO)
-    from benchmarks.scale import TreeSampler
+    from benchmarks.process_memory import TreeSampler
 
     proc = subprocess.Popen([sys.executable, '-c', PIPELINE, str(n), str(floats)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -37,7 +37,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +134,7 @@ def generate_corpus(
 
 def reduced_model(directory: str) -> str:
     """Saves all-MiniLM-L6-v2 cut to its first layer and max_seq_length 64; returns the path."""
-    from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
     model = load_embedding_model(DEFAULT_EMBEDDING_MODEL)
     bert = model[0].auto_model
@@ -150,71 +149,14 @@ def reduced_model(directory: str) -> str:
 # --- measuring ------------------------------------------------------------------------
 
 
-def _status(pid: int) -> dict:
-    values = {}
-    try:
-        with open(f'/proc/{pid}/status') as f:
-            for line in f:
-                key, _, rest = line.partition(':')
-                if key in ('VmHWM', 'VmRSS', 'PPid'):
-                    values[key] = int(rest.split()[0])
-        with open(f'/proc/{pid}/cmdline', 'rb') as f:
-            values['cmdline'] = f.read().replace(b'\0', b' ').decode(errors='replace')
-    except (OSError, ValueError):
-        return {}
-    return values
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in os.listdir('/proc'):
-        if task.isdigit():
-            try:
-                with open(f'/proc/{task}/stat') as f:
-                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                out.append(int(task))
-    return out
-
-
-class TreeSampler(threading.Thread):
-    """Samples the peak RSS (VmHWM, KiB) of a process and all its descendants."""
-
-    def __init__(self, pid: int, every: float):
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.every = every
-        self.peaks: dict[int, int] = {}
-        self.cmdlines: dict[int, str] = {}
-        self._done = threading.Event()
-
-    def run(self):
-        while not self._done.is_set():
-            todo, seen = [self.pid], set()
-            while todo:
-                pid = todo.pop()
-                if pid in seen:
-                    continue
-                seen.add(pid)
-                s = _status(pid)
-                if s:
-                    self.peaks[pid] = max(self.peaks.get(pid, 0), s.get('VmHWM', 0))
-                    self.cmdlines.setdefault(pid, s.get('cmdline', ''))
-                todo.extend(_children(pid))
-            self._done.wait(self.every)
-
-    def stop(self):
-        self._done.set()
-        self.join()
-
-
 def build_once(
     corpus: str, out: str, model: str, chunk_size: int, sample_s: float, threads: int, extra: list[str],
 ) -> dict:
     """Runs one build job in a subprocess; returns its manifest, wall and CPU time, peak RSS per process."""
+    sys.path.insert(0, REPO)
     import resource
+
+    from benchmarks.process_memory import TreeSampler
 
     argv = [
         sys.executable, '-m', 'pipelines.build_index', '--input', corpus, '--output', out,

@@ -21,7 +21,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from transforms.chunking import (  # noqa: E402
+from transforms.chunking.chunkers import (
     CLUSTER_SEMANTIC,
     RECURSIVE,
     SEMANTIC_BREAKPOINT,
@@ -29,8 +29,8 @@ from transforms.chunking import (  # noqa: E402
     split_recursive,
     token_offsets,
 )
-from transforms.models import load_embedding_model  # noqa: E402
-from transforms.semantic_chunking import piece_spans, semantic_spans  # noqa: E402
+from transforms.chunking.semantic import piece_spans, semantic_spans  # noqa: E402
+from transforms.features.models import load_embedding_model  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import posixpath
 import sys
@@ -13,14 +14,20 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import changes, snapshots
 from pipelines.build_manifest import DIFF_FILE, Target, change_report, log_filters, make_manifest, summary
 from pipelines.build_options import BuildConfig, BuildIndexOptions, parse_args
-from transforms import dedup, feature_cache, read, write
-from transforms.chunk_documents import ChunkDocuments
-from transforms.filter_chunks import FilterChunks
-from transforms.embedding import SharedModel
-from transforms import lineage
+from transforms import storage
+from transforms.chunking.chunk_documents import ChunkDocuments
+from transforms.dedup.config import FilterConfig
+from transforms.dedup.stages import FilterChunks
+from transforms.features import cache as feature_cache
+from transforms.features.cache_settings import cache_specs
+from transforms.features.embedding import SharedModel
+from transforms.ingest import read
+from transforms.ingest.listing import input_bytes
+from transforms.lineage import represents
+from transforms.output import changes, publish, snapshots, tables
+from transforms.output.writers import WriteIndex
 from transforms.types import Chunk, Dropped
 
 LOG = logging.getLogger('ragsieve.build')
@@ -69,12 +76,12 @@ def build_pipeline(
              | 'FilteredChunks' >> beam.Flatten()
              | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache))
     kept = {'chunks': chunks, 'kept': kept, 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
-        lineage.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
+        represents.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
                                 config.filters.semantic_deltas, model, config.embedding))
     _ = {
         'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
-    } | 'WriteIndex' >> write.WriteIndex(output, dim, config.num_shards, config.index)
+    } | 'WriteIndex' >> WriteIndex(output, dim, config.num_shards, config.index)
     return {
         'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
         'kept': kept, 'dropped': filtered['dropped'],
@@ -99,7 +106,7 @@ def check_model(config: BuildConfig, model) -> tuple[int, int]:
     return model.get_embedding_dimension(), model.max_seq_length
 
 
-def check_ner(config: dedup.FilterConfig) -> Optional[dict]:
+def check_ner(config: FilterConfig) -> Optional[dict]:
     """Loads the spaCy model on the launcher when a filter needs entities.
 
     Returns:
@@ -110,32 +117,17 @@ def check_ner(config: dedup.FilterConfig) -> Optional[dict]:
     """
     if not config.needs_entities:
         return None
-    from transforms.entities import load_ner
+    from transforms.features.entities import load_ner
 
-    nlp = load_ner(config.spacy_model)
-    if config.entity_labels is not None:
-        unknown = set(config.entity_labels) - set(nlp.get_pipe('ner').labels)
+    settings = config.features
+    nlp = load_ner(settings.spacy_model)
+    if settings.entity_labels is not None:
+        unknown = set(settings.entity_labels) - set(nlp.get_pipe('ner').labels)
         if unknown:
             raise ValueError(
-                f'--entity_labels {sorted(unknown)} are not predicted by {config.spacy_model!r} '
+                f'--entity_labels {sorted(unknown)} are not predicted by {settings.spacy_model!r} '
                 f'(it predicts {sorted(nlp.get_pipe("ner").labels)})')
     return dict(nlp.meta)
-
-
-def cache_specs(config: BuildConfig, model, ner_meta: Optional[dict]) -> list[feature_cache.CacheSpec]:
-    """The run's caches: document spans and each per-chunk feature it computes (see `transforms.feature_cache`)."""
-    filters = config.filters
-    embedding = feature_cache.embedding_settings(config.embedding.model, model, config.embedding.device)
-    specs = [
-        feature_cache.CacheSpec('spans', feature_cache.spans_settings(config.chunker, embedding)),
-        feature_cache.CacheSpec('embedding', embedding),
-    ]
-    if filters.needs_minhash:
-        specs.append(feature_cache.CacheSpec('minhash', feature_cache.minhash_settings(filters.minhash_config())))
-    if filters.needs_entities:
-        specs.append(feature_cache.CacheSpec('entities', feature_cache.entity_settings(
-            filters.spacy_model, ner_meta, filters.entity_labels)))
-    return specs
 
 
 def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
@@ -151,15 +143,15 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     """
     debris = feature_cache.delete_incomplete(config.cache) if config.cache else []
     if not config.versioned:
-        debris += write.clean_staging(config.output)
-        write.check_replaceable(config.output)
-        has_build = FileSystems.exists(posixpath.join(config.output, write.MANIFEST_FILE))
+        debris += publish.clean_staging(config.output)
+        publish.check_replaceable(config.output)
+        has_build = FileSystems.exists(posixpath.join(config.output, tables.MANIFEST_FILE))
         previous = config.output if has_build else None
-        return Target(snapshots.new_run_id(), write.staging_path(config.output), previous, None), debris
+        return Target(snapshots.new_run_id(), publish.staging_path(config.output), previous, None), debris
     debris += snapshots.clean_debris(config.output)
     run_id = config.run_id or snapshots.new_run_id()
     directory = snapshots.run_dir(config.output, run_id)
-    if FileSystems.exists(posixpath.join(directory, write.MANIFEST_FILE)):
+    if FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
     previous_run_id = snapshots.read_latest(config.output)
     previous = snapshots.resolve_index(config.output) if previous_run_id else None
@@ -183,7 +175,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
     LOG.setLevel(logging.INFO)
     options = parse_args(argv)
-    config = BuildConfig.from_options(options.view_as(BuildIndexOptions))
+    config = with_shards(BuildConfig.from_options(options.view_as(BuildIndexOptions)))
     check_paths(config)
     with contextlib.ExitStack() as stack:
         for path, root in build_locks(config):
@@ -200,6 +192,17 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     return manifest
 
 
+def with_shards(config: BuildConfig) -> BuildConfig:
+    """The config with `--num_shards 0` resolved: one part per 2 MiB of input files, at most 1024.
+
+    Sizing lists the input (metadata only, nothing is read), which is the
+    launcher's work, not the config's.
+    """
+    if config.num_shards:
+        return config
+    return dataclasses.replace(config, num_shards=tables.default_num_shards(input_bytes(config.input)))
+
+
 def check_paths(config: BuildConfig) -> None:
     """Refuses outputs and caches that cannot be written, before any work.
 
@@ -210,8 +213,8 @@ def check_paths(config: BuildConfig) -> None:
     if config.versioned:
         snapshots.check_root(config.output)
     else:
-        write.check_replaceable(config.output)
-    if config.cache and '://' not in config.cache:
+        publish.check_replaceable(config.output)
+    if config.cache and not storage.is_remote(config.cache):
         import os
 
         if os.path.exists(config.cache) and not os.path.isdir(config.cache):
@@ -233,9 +236,9 @@ def discard(config: BuildConfig, target: Target) -> None:
     try:
         if not FileSystems.exists(target.directory):
             return  # nothing written yet, or a plain run that was published
-        if config.versioned and FileSystems.exists(posixpath.join(target.directory, write.MANIFEST_FILE)):
+        if config.versioned and FileSystems.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
             return  # complete: a valid run even if LATEST does not name it
-        write.delete_trees([target.directory])
+        storage.delete_trees([target.directory])
     except Exception:  # the run's own error matters more; the next run cleans up
         LOG.exception('could not delete %s', target.directory)
 
@@ -250,36 +253,37 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     ner_meta = check_ner(config.filters)
     cache = None
     if config.cache:
-        cache = feature_cache.CacheRun.open(
-            config.cache, cache_specs(config, model, ner_meta), target.run_id, config.num_shards)
-    write.checkpoint('before_pipeline')
+        cached = ['spans', 'embedding'] + [f for f in ('minhash', 'entities') if config.filters.needs(f)]
+        specs = cache_specs(cached, config.embedding, model, config.filters.features, config.chunker, ner_meta)
+        cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
+    publish.checkpoint('before_pipeline')
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, target.directory, dim, handle, cache)
     result = pipeline.run()
     result.wait_until_finish()
-    write.checkpoint('after_pipeline')
+    publish.checkpoint('after_pipeline')
     manifest = make_manifest(
         config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started)
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
-    write.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+    storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
     # Last file of a run: its presence is what makes the run complete.
-    write.write_json(posixpath.join(target.directory, write.MANIFEST_FILE), manifest)
-    write.checkpoint('after_manifest')
+    storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
+    publish.checkpoint('after_manifest')
     if cache:
         cache.commit()
-        write.checkpoint('after_cache_commit')
+        publish.checkpoint('after_cache_commit')
     if config.versioned:
         snapshots.write_latest(config.output, target.run_id)
-        write.checkpoint('after_latest')
+        publish.checkpoint('after_latest')
         pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
         if pruned:
             LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
     else:
-        write.publish(target.directory, config.output)
+        publish.publish(target.directory, config.output)
     if cache:
         cache.prune()
     return manifest
@@ -296,7 +300,7 @@ def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None
     if counts['documents_indexed'] or config.allow_empty:
         return
     reasons = ', '.join(f'{n} {r}' for r, n in counts['rejected_by_reason'].items()) or 'none'
-    examples = write.read_table(posixpath.join(directory, write.REJECTED_DIR)).slice(0, 3).to_pylist()
+    examples = tables.read_table(posixpath.join(directory, tables.REJECTED_DIR)).slice(0, 3).to_pylist()
     shown = ''.join(f'; e.g. {r["source"]}: {r["reason"]} ({r["detail"]})' for r in examples)
     raise ValueError(
         f'no document was indexed from {counts["files"]} files (rejected: {reasons}{shown}): nothing '

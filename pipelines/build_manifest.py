@@ -15,10 +15,11 @@ import logging
 import posixpath
 from typing import Optional
 
-from pipelines import changes
 from pipelines.build_options import BuildConfig
-from transforms import kernels, lineage, write
-from transforms.filter_chunks import counter_namespace
+from transforms.dedup.stage_parts import counter_namespace
+from transforms.features import kernels
+from transforms.lineage import represents
+from transforms.output import changes, tables
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
@@ -95,12 +96,12 @@ def log_filters(manifest: dict) -> None:
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds) -> dict:
     """The run's resolved config, versions, kernels, counts, cache use and time per stage."""
     def table(name, columns):
-        return write.read_table(posixpath.join(target.directory, name), columns)
+        return tables.read_table(posixpath.join(target.directory, name), columns)
 
-    chunk_rows = table(write.CHUNKS_DIR, ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
+    chunk_rows = table(tables.CHUNKS_DIR, ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
     kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
-    dropped = table(write.DROPPED_DIR, ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
-    rejected = table(write.REJECTED_DIR, ['reason']).column('reason').to_pylist()
+    dropped = table(tables.DROPPED_DIR, ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
+    rejected = table(tables.REJECTED_DIR, ['reason']).column('reason').to_pylist()
     counters = {}
     for r in result.metrics().query()['counters']:
         key = f'{r.key.metric.namespace}.{r.key.metric.name}'
@@ -165,7 +166,7 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
         'filters': filters,
-        'lineage': lineage.report(chunk_rows, dropped),
+        'lineage': represents.report(chunk_rows, dropped),
         'cache': cache_use,
         'warnings': {
             'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),

@@ -17,15 +17,20 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import cli, snapshots
-from transforms import dedup, feature_cache, formats, indexes, kernels, read, records, write
-from transforms.chunking import CHUNKERS, ChunkerConfig
-from transforms.embedding import EmbeddingConfig
-from transforms.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
-from transforms.models import DEFAULT_EMBEDDING_MODEL
-from transforms import filters, scope
+from pipelines import cli
+from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
+from transforms.dedup import registry, scope
+from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
+from transforms.features import cache as feature_cache
+from transforms.features import kernels
+from transforms.features.config import FeatureConfig
+from transforms.features.embedding import EmbeddingConfig
+from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
+from transforms.features.models import DEFAULT_EMBEDDING_MODEL
+from transforms.ingest import formats, read, records
+from transforms.output import indexes, snapshots
 
-FILTER_NAMES = sorted(filters.names()) + ['cascade', 'none']
+FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
 ON_OFF = {'on': True, 'off': False}
 # Flags that take `on`/`off` (not store_true ones).
@@ -99,7 +104,7 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--intra_doc_boost', type=float, default=0.15,
                             help='Salience intra_doc adds to a kept chunk per merged near-duplicate.')
         parser.add_argument('--intra_doc_boost_mode', type=str, default='log',
-                            choices=list(dedup.BOOST_MODES),
+                            choices=list(BOOST_MODES),
                             help='How the boost grows with merged near-duplicates n: '
                                  'boost*log2(1+n) or boost*n.')
         parser.add_argument('--warn_doc_loss', type=float, default=0.5,
@@ -166,7 +171,7 @@ class BuildConfig:
     output: str
     chunker: ChunkerConfig
     embedding: EmbeddingConfig
-    filters: dedup.FilterConfig = dedup.FilterConfig()
+    filters: FilterConfig = FilterConfig()
     max_doc_chars: int = read.DEFAULT_MAX_DOC_CHARS
     # {format name: bytes or None}, every format of the registry (`formats.resolve_limits`).
     max_file_bytes: dict = dataclasses.field(default_factory=formats.resolve_limits)
@@ -177,12 +182,13 @@ class BuildConfig:
     max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
+    # 0 until the launcher sizes it from the input (`build_index.with_shards`).
     num_shards: int = 1
     index: indexes.IndexConfig = indexes.IndexConfig()
 
     def __post_init__(self):
-        if self.num_shards < 1:
-            raise ValueError(f'num_shards must be >= 1, got {self.num_shards}')
+        if self.num_shards < 0:
+            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {self.num_shards}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
         if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
@@ -210,9 +216,6 @@ class BuildConfig:
             if not getattr(options, flag):
                 raise ValueError(f'--{flag} is required (as a flag or in --config)')
         output = options.output.rstrip('/')
-        if options.num_shards < 0:
-            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {options.num_shards}')
-        num_shards = options.num_shards or write.default_num_shards(read.input_bytes(options.input))
         cache = options.cache
         if cache is None and options.versioned:
             cache = posixpath.join(output, snapshots.CACHE_DIR)
@@ -232,12 +235,12 @@ class BuildConfig:
             max_metadata_bytes=options.max_metadata_bytes,
             allow_empty=options.allow_empty,
             prune_grace_seconds=options.prune_grace_seconds,
-            num_shards=num_shards,
+            num_shards=options.num_shards,
             index=indexes.IndexConfig(options.index_type, options.index_train_size),
         )
 
 
-def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
+def filter_config(options: BuildIndexOptions) -> FilterConfig:
     """The filter settings of the flags.
 
     Raises:
@@ -246,16 +249,19 @@ def filter_config(options: BuildIndexOptions) -> dedup.FilterConfig:
     labels = tuple(sorted({x.strip() for x in options.entity_labels.split(',') if x.strip()}))
     if labels == (ALL_LABELS,):
         labels = None
-    return dedup.FilterConfig(
-        specs=tuple(dedup.parse_filters(options.filter)),
+    features = FeatureConfig(
         minhash_num_perm=options.minhash_num_perm,
         minhash_shingle_size=options.minhash_shingle_size,
         minhash_seed=options.minhash_seed,
         spacy_model=options.spacy_model,
         entity_labels=labels,
-        random_seed=options.random_seed,
         n_topics=options.n_topics or None,
         topic_seed=options.topic_seed,
+    )
+    return FilterConfig(
+        specs=tuple(parse_filters(options.filter)),
+        features=features,
+        random_seed=options.random_seed,
         similarity_probes=options.similarity_probes,
         intra_doc_min_salience=options.intra_doc_min_salience,
         intra_doc_boost=options.intra_doc_boost,

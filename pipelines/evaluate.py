@@ -1,22 +1,23 @@
 """Evaluation job: the chunk-filtering study's grid (chunkers x filters) scored on a QA dataset.
 
 This job runs in one process and calls the build's own stage functions
-directly (`eval_features`: `document_spans`, `embed_texts`,
-`extract_entities`, `features.with_minhash`/`with_topics`, and
-`dedup.apply_filter`); it is not a Beam pipeline. The grid chunks, embeds and
+directly (`evaluation.features`: `document_spans`, `embed_texts`,
+`extract_entities`, `compute.with_minhash`/`with_topics`, and
+`in_memory.apply_filter`); it is not a Beam pipeline. The grid chunks, embeds and
 computes the filter features once per chunker and then scores 17 filters
 that only *select subsets* of those chunks: as a Beam pipeline each subset
 would re-run or re-materialize the whole chain, while in process a filter
 costs one pass of its `dedup` function and one exact FAISS search. The build
 job (`build_index.py`) is where the same functions run at scale. Grid
-parsing is `eval_grid`, scoring `transforms.metrics`, reporting `eval_report`.
+parsing is `evaluation.grid`, one chunker's run `evaluation.scoring`, the
+metrics `evaluation.metrics`, reporting `evaluation.report`.
 
 Protocol (study Section 3.6): one index holds the chunks of every document
 of the dataset; each question retrieves the exact top-k (cosine) among the
 chunks a filter kept. Only retrieved chunks of the question's own document
 can hit its reference; chunks of other documents still count as retrieved
 text, as in the Chroma chunking study's evaluation (one collection for all
-corpora, queried without a corpus filter). See `transforms/metrics.py`.
+corpora, queried without a corpus filter). See `transforms/evaluation/metrics.py`.
 """
 
 from __future__ import annotations
@@ -32,27 +33,37 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
-
-from pipelines import eval_report, snapshots
-from pipelines.eval_features import DEFAULT_CACHE_MAX_BYTES, FeatureStore, chunk_corpus, open_cache, with_features
-from pipelines.eval_grid import (
-    DEFAULT_CHUNKERS, DEFAULT_FILTERS, GridFilter, chunker_label, grid_needs, parse_chunkers, parse_filter_grid)
-from transforms import dedup, feature_cache, filters, metrics, retrieval
-from transforms.chunking import CHUNKERS, CHUNKER_PARAMS, ChunkerConfig
-from transforms.datasets import CHROMA, DATASETS, Question, read_dataset, sample_questions
-from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
-from transforms.types import Chunk, Document
+from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
+from transforms.dedup import registry
+from transforms.dedup.config import FilterConfig
+from transforms.evaluation import metrics
+from transforms.evaluation import report as eval_report
+from transforms.evaluation.datasets import CHROMA, DATASETS, read_dataset, sample_questions
+from transforms.evaluation.features import (
+    DEFAULT_CACHE_MAX_BYTES,
+    FeatureStore,
+    open_cache,
+)
+from transforms.evaluation.grid import (
+    DEFAULT_CHUNKERS,
+    DEFAULT_FILTERS,
+    GridFilter,
+    chunker_label,
+    grid_needs,
+    parse_chunkers,
+    parse_filter_grid,
+)
+from transforms.evaluation.lemmas import DEFAULT_LEMMA_MODEL, LemmaTable, lemma_tables, load_lemmatizer
+from transforms.evaluation.scoring import DENSE, RETRIEVALS, evaluate_chunker
+from transforms.features import cache as feature_cache
+from transforms.features.embedding import EmbeddingConfig
+from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+from transforms.output import snapshots
 
 LOG = logging.getLogger('ragsieve.evaluate')
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHROMA_DATA = REPO_ROOT.parent / 'shared' / 'data' / 'chroma'
-
-DENSE = 'dense'
-HYBRID = 'hybrid'
-RETRIEVALS = (DENSE, HYBRID)
-
 
 def default_cache() -> Path:
     """Where a grid run keeps embeddings and entities for the next: the user's cache folder."""
@@ -98,7 +109,7 @@ class EvaluateConfig:
     variants: tuple[str, ...] = metrics.VARIANTS
     batch_size: int = 64
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
-    lemma_model: str = metrics.DEFAULT_LEMMA_MODEL
+    lemma_model: str = DEFAULT_LEMMA_MODEL
     progress: bool = True
     retrieval: str = DENSE
     cache: Optional[str] = None
@@ -127,103 +138,6 @@ class EvaluateConfig:
 
 
 # --- one chunker: the build's stages once, then every filter of the grid ---------------------
-
-
-def apply_filters(
-    chunks: Sequence[Chunk], specs: Sequence[dedup.FilterSpec], settings: dedup.FilterConfig
-) -> list[Chunk]:
-    """Runs the filters in order through `dedup.apply_filter`, as the build does; returns the kept chunks.
-
-    Kept chunks carry what the filters changed (intra_doc's boosted salience).
-    """
-    kept = list(chunks)
-    for spec in specs:
-        kept, _ = dedup.apply_filter(kept, spec, settings)
-    return kept
-
-
-def retrieve(config: 'EvaluateConfig', chunks, kept_chunks, kept, vectors, questions, query_vectors):
-    """The top-k rows of `chunks` for each question among the kept ones (dense or hybrid)."""
-    if config.retrieval == HYBRID:
-        row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
-        kept_rows = np.array([row_of[c.chunk_id] for c in kept_chunks], dtype=np.int64)
-        return retrieval.hybrid_top_k(kept_chunks, kept_rows, vectors, [q.question for q in questions],
-                                      query_vectors, config.k, retrieval.RetrievalConfig())
-    return retrieval.exact_top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
-
-
-def evaluate_chunker(
-    chunker: ChunkerConfig,
-    documents: Sequence[Document],
-    questions: Sequence[Question],
-    query_vectors: np.ndarray,
-    lemmas: dict[str, metrics.LemmaTable],
-    config: 'EvaluateConfig',
-    store: FeatureStore,
-    bar=None,
-) -> tuple[list[dict], dict]:
-    """Scores every filter of the grid on one chunker.
-
-    Returns:
-      `(one row per filter and variant, wall seconds per stage)`.
-    """
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    chunks = chunk_corpus(documents, chunker, store)
-    timings['chunk'] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    chunks = with_features(chunks, grid_needs(config.filters), store)
-    vectors = np.stack([c.embedding for c in chunks]) if chunks else np.zeros((0, 1), np.float32)
-    timings['features'] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    texts = {d.doc_id: d.text for d in documents}
-    tables = {v: metrics.VariantTokens.of(v, chunks, questions, texts, lemmas) for v in config.variants}
-    timings['tokens'] = time.perf_counter() - started
-
-    rows = []
-    filter_seconds = evaluate_seconds = 0.0
-    for grid in config.filters:
-        started = time.perf_counter()
-        kept_chunks = apply_filters(chunks, grid.specs, store.settings)
-        filter_seconds += time.perf_counter() - started
-        started = time.perf_counter()
-        kept_ids = {c.chunk_id for c in kept_chunks}
-        kept = np.array([c.chunk_id in kept_ids for c in chunks], dtype=bool)
-        retrieved = retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors)
-        char = [metrics.retrieved_char_scores(
-            q.references, q.doc_id, [(chunks[r].doc_id, chunks[r].char_start, chunks[r].char_end) for r in hits])
-            for q, hits in zip(questions, retrieved)]
-        for variant in config.variants:
-            token, oracle = tables[variant].scores(questions, retrieved, kept, config.k)
-            rows.append({
-                'dataset': config.dataset,
-                'chunker': chunker_label(chunker),
-                'retrieval': config.retrieval,
-                'method': grid.method,
-                'filter': grid.name,
-                'threshold': '' if grid.threshold is None else grid.threshold,
-                'variant': variant,
-                'chunks': len(chunks),
-                'kept': int(kept.sum()),
-                'reduction': metrics.reduction(len(chunks), int(kept.sum())),
-                'precision': metrics.mean([s.precision for s in token]),
-                'recall': metrics.mean([s.recall for s in token]),
-                'iou': metrics.mean([s.iou for s in token]),
-                'oracle': metrics.mean(oracle),
-                'char_precision': metrics.mean([s.precision for s in char]),
-                'char_recall': metrics.mean([s.recall for s in char]),
-                'char_iou': metrics.mean([s.iou for s in char]),
-            })
-        evaluate_seconds += time.perf_counter() - started
-        if bar is not None:
-            bar.update(1)
-    timings['filter'] = filter_seconds
-    timings['score'] = evaluate_seconds
-    LOG.info('%s: %d chunks; seconds %s', chunker_label(chunker), len(chunks),
-             {k: round(v, 1) for k, v in timings.items()})
-    return rows, timings
 
 
 # --- the job -------------------------------------------------------------------------------
@@ -257,8 +171,10 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     with lock:
         if config.cache:
             feature_cache.delete_incomplete(config.cache)
-        store = FeatureStore(model, config.batch_size, dedup.FilterConfig(), open_cache(
-            config.cache, config.embedding_model, model, grid_needs(config.filters)))
+        settings = FilterConfig()
+        store = FeatureStore(model, config.batch_size, settings.features, open_cache(
+            config.cache, EmbeddingConfig(config.embedding_model, config.batch_size), model, settings.features,
+            grid_needs(config.filters)))
         summary = _evaluate(config, documents, questions, store, output, started)
         t = time.perf_counter()
         store.save(config.cache_max_bytes)
@@ -276,12 +192,12 @@ def _evaluate(config, documents, questions, store: FeatureStore, output: Path, s
     from tqdm import tqdm
 
     query_vectors = store.embed([q.question for q in questions])
-    lemmas: dict[str, metrics.LemmaTable] = {}
+    lemmas: dict[str, LemmaTable] = {}
     setup = {'load_and_queries': time.perf_counter() - started}
     if metrics.PREPROCESSED in config.variants:
         t = time.perf_counter()
-        nlp = metrics.load_lemmatizer(config.lemma_model)
-        tables = metrics.lemma_tables(nlp, [d.text for d in documents])
+        nlp = load_lemmatizer(config.lemma_model)
+        tables = lemma_tables(nlp, [d.text for d in documents])
         lemmas = {d.doc_id: table for d, table in zip(documents, tables)}
         setup['lemmatize'] = time.perf_counter() - t
 
@@ -318,6 +234,11 @@ def _evaluate(config, documents, questions, store: FeatureStore, output: Path, s
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    return parser().parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The evaluation's flags."""
     parser = argparse.ArgumentParser(
         prog='ragsieve evaluate',
         description='Score chunkers x redundancy filters on a QA dataset, as the chunk-filtering study.')
@@ -333,7 +254,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                              '(e.g. semantic_breakpoint:200:0:window=3).')
     parser.add_argument('--filters', type=str, default=DEFAULT_FILTERS,
                         help='Comma-separated grid, each scored alone: none, cascade, NAME or '
-                             f'NAME@THRESHOLD with NAME one of {sorted(filters.names())}.')
+                             f'NAME@THRESHOLD with NAME one of {sorted(registry.names())}.')
     parser.add_argument('--k', type=int, default=5, help='Chunks retrieved per question.')
     parser.add_argument('--max_questions', type=int, default=None,
                         help='Score a deterministic sample of this many questions (default: all).')
@@ -344,7 +265,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help='Texts per forward pass of the embedding model.')
     parser.add_argument('--embedding_model', type=str, default=DEFAULT_EMBEDDING_MODEL,
                         help='sentence-transformers model name or local path.')
-    parser.add_argument('--lemma_model', type=str, default=metrics.DEFAULT_LEMMA_MODEL,
+    parser.add_argument('--lemma_model', type=str, default=DEFAULT_LEMMA_MODEL,
                         help='spaCy package lemmatizing the preprocessed variant.')
     parser.add_argument('--retrieval', type=str, choices=RETRIEVALS, default=DENSE,
                         help='dense: exact top-k by cosine (the study); hybrid: the query job\'s '
@@ -358,7 +279,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                              'runs\' entries up to this many bytes in all (older generations are '
                              'deleted); 0 keeps only this run\'s, as a build does.')
     parser.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
-    return parser.parse_args(argv)
+    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> EvaluateConfig:

@@ -6,17 +6,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transforms import kernels
-from transforms.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+from tests.helpers import ORBITS, PASTA
+from transforms.features import kernels
+from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
 # Before any test can run a torch kernel: every in-process model then
-# computes with the kernels a build pins (see transforms/kernels.py).
+# computes with the kernels a build pins (see transforms/features/kernels.py).
 kernels.pin(kernels.DEFAULT_MODE)
-
-# The kernel probe digest (`embedding.kernel_probe`) of the packaged
-# all-MiniLM-L6-v2 in portable mode, on an AMX Xeon and under QEMU's Haswell
-# and EPYC-Rome CPUs (Intel and AMD without AVX-512): the same bits on each.
-PORTABLE_PROBE = '9c459aa82618a962c57afc776555f4ef'
 
 
 @pytest.fixture(autouse=True)
@@ -29,16 +25,6 @@ def private_cache_home(tmp_path, monkeypatch):
 def embedding_model():
     """The real all-MiniLM-L6-v2, loaded once for the whole session."""
     return load_embedding_model(DEFAULT_EMBEDDING_MODEL)
-
-
-PASTA = (
-    'Cook the pasta in plenty of salted boiling water until it is al dente. '
-    'Reserve a cup of the starchy water before draining, then toss the pasta with the sauce. '
-)
-ORBITS = (
-    'A satellite in low Earth orbit circles the planet in about ninety minutes. '
-    'Raising the orbit requires a burn at perigee that increases the apogee on the far side. '
-)
 
 
 @pytest.fixture

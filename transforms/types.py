@@ -97,7 +97,7 @@ class Chunk:
       topic: Cluster id of the embedding, for the `*_topics` filters.
       salience: Centrality in [0, 1] within its document, for `intra_doc`.
       kind: `chunk` for a span cut by the chunker, `delta` for the novel
-        sentences of a chunk dropped as a near-duplicate (`transforms.deltas`).
+        sentences of a chunk dropped as a near-duplicate (`lineage.deltas`).
       delta_of: For a delta, the kept chunk that represents the dropped chunk
         it comes from; None otherwise.
       represents: For a kept chunk, the chunks dropped as its duplicates

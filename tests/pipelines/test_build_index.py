@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index
-from tests.conftest import PORTABLE_PROBE
-from transforms import write
+from tests.helpers import PORTABLE_PROBE
+from transforms.output import tables
 from transforms.text import content_hash
 
 
@@ -40,7 +40,7 @@ def test_output_contract(built):
     for table in ['chunks', 'dropped', 'rejected', 'documents']:
         assert sorted(p.name for p in (out / table).iterdir()) == [
             f'part-0000{i}-of-00003.parquet' for i in range(3)], table
-    chunks = write.read_table(str(out / 'chunks')).to_pylist()
+    chunks = tables.read_table(str(out / 'chunks')).to_pylist()
     # pyarrow reads the directory as a dataset in the same (shard) order.
     assert pq.read_table(out / 'chunks').column('chunk_id').to_pylist() == [c['chunk_id'] for c in chunks]
     assert {c['doc_id'] for c in chunks} == expected['documents']
@@ -56,7 +56,7 @@ def test_output_contract(built):
     for part in sorted((out / 'chunks').iterdir()):
         keys = [(c['doc_id'], c['chunk_index']) for c in pq.read_table(part).to_pylist()]
         assert keys == sorted(keys)
-        assert {write.shard_of(doc, 3) for doc, _ in keys} <= {int(part.name[5:10])}
+        assert {tables.shard_of(doc, 3) for doc, _ in keys} <= {int(part.name[5:10])}
     # The default cascade drops the repeated pasta paragraphs; kept + dropped is every chunk.
     dropped = pq.read_table(out / 'dropped').to_pylist()
     assert sum(c['doc_id'] == 'pasta.txt' for c in chunks + dropped) > 3

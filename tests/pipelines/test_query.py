@@ -1,4 +1,8 @@
-"""Queries over a small built index: JSON output, dedup of cross-document duplicates, errors."""
+"""Queries over a small built index: JSON output, dedup of cross-document duplicates, errors.
+
+Also the `ragsieve query` command over broken indexes and bad flags: one clear
+line, exit 2.
+"""
 
 import json
 import logging
@@ -7,6 +11,7 @@ import shutil
 import pytest
 
 from pipelines import build_index, cli, query
+from transforms.query.retriever import Retriever
 
 PASTA_NEW = 'Cook the pasta in plenty of salted boiling water until it is al dente.'
 PASTA_OLD = 'Cook the pasta in plenty of boiling salted water until al dente.'
@@ -34,7 +39,7 @@ def index_dir(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def retriever(index_dir, embedding_model):
-    return query.Retriever(str(index_dir), model=embedding_model)
+    return Retriever(str(index_dir), model=embedding_model)
 
 
 def test_build_writes_bm25_next_to_the_index(index_dir):
@@ -78,10 +83,10 @@ def test_retriever_answers_many_queries_deterministically(retriever, index_dir):
 
 
 def test_recency_weight_decides_between_equal_duplicates(index_dir, embedding_model):
-    from transforms.retrieval import RetrievalConfig
+    from transforms.query.retrieval import RetrievalConfig
 
     only_recency = RetrievalConfig(weight_dense=0, weight_bm25=0, weight_salience=0, weight_recency=1)
-    hits = query.Retriever(str(index_dir), only_recency, model=embedding_model).search(PASTA_QUESTION).hits
+    hits = Retriever(str(index_dir), only_recency, model=embedding_model).search(PASTA_QUESTION).hits
     assert hits[0].doc_id == 'pasta-new' and hits[0].ranks['recency'] == 1
 
 
@@ -127,7 +132,7 @@ def test_other_model_dimension_is_a_clear_error(index_dir, tmp_path, embedding_m
     manifest['model']['dim'] = 768
     (other / 'manifest.json').write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match='768-dimensional embeddings'):
-        query.Retriever(str(other), model=embedding_model)
+        Retriever(str(other), model=embedding_model)
     with pytest.raises(ValueError, match='question is empty'):
         retriever.search('')
 
@@ -153,3 +158,34 @@ def test_other_index_types_answer_like_flat(index_dir, embedding_model, tmp_path
 def test_search_flag_of_another_index_type_is_refused(index_dir, embedding_model):
     with pytest.raises(ValueError, match='--nprobe does not apply'):
         query.run(['--index', str(index_dir), '--nprobe', '4', PASTA_QUESTION], model=embedding_model)
+
+
+def test_cli_reports_a_corrupt_manifest_with_exit_2(index_dir, tmp_path, capsys):
+    broken = tmp_path / 'broken'
+    shutil.copytree(index_dir, broken)
+    (broken / 'manifest.json').write_text('{"counts": ')
+    assert cli.main(['query', '--index', str(broken), 'question']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('ragsieve query: error: ') and str(broken / 'manifest.json') in err
+    assert err.count('\n') == 1
+
+
+@pytest.mark.parametrize('content', [b'../../etc\n', b'\xff\xfe\n', b'', b'a b\n'])
+def test_bad_latest_is_reported_as_a_corrupt_latest(index_dir, tmp_path, capsys, content):
+    root = tmp_path / 'root'
+    shutil.copytree(index_dir, root / 'runs' / 'r1')
+    (root / 'LATEST').write_bytes(content)
+    assert cli.main(['query', '--index', str(root), 'question']) == 2
+    err = capsys.readouterr().err
+    assert f'{root / "LATEST"} is corrupt' in err and '--run_id' not in err.split('(')[0]
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--weight_dense', 'nan'], 'weight_dense must be a finite number'),
+    (['--weight_recency', 'inf'], 'weight_recency must be a finite number'),
+    (['--min_relevance', 'nan'], 'min_relevance'),
+    (['--device', 'bogus'], 'not a torch device'),
+])
+def test_bad_query_flags_are_refused(index_dir, capsys, flags, message):
+    assert cli.main(['query', '--index', str(index_dir), *flags, 'question']) == 2
+    assert message in capsys.readouterr().err

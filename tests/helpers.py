@@ -1,0 +1,374 @@
+"""What several test modules share: texts, hand-made chunks, checks, and the files the tests make.
+
+Test modules import their shared helpers from here, never from one another;
+conftest.py holds only the pytest fixtures. The HTML, PDF and DOCX files are
+made by the tests themselves (no binary fixtures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from typing import Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms.dedup.filters.ner_exact import drop_ner_exact
+from transforms.dedup.filters.ner_half.decision import drop_ner_half
+from transforms.dedup.filters.similarity.decision import drop_similar
+from transforms.dedup.stage_parts import DROPPED, KEPT
+from transforms.features.embedding import PROBE_TEXTS
+from transforms.features.minhash import MinHashConfig, signatures
+from transforms.ingest import read
+from transforms.ingest.formats.base import Extracted
+from transforms.output import tables
+from transforms.text import content_hash
+from transforms.types import Chunk, Document, Dropped, make_chunk_id
+
+# --- paths -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / 'fixtures'
+CHROMA = FIXTURES / 'chroma'
+SQUAD = FIXTURES / 'squad_mini.json'
+
+# --- texts -------------------------------------------------------------------------
+
+PASTA = (
+    'Cook the pasta in plenty of salted boiling water until it is al dente. '
+    'Reserve a cup of the starchy water before draining, then toss the pasta with the sauce. '
+)
+ORBITS = (
+    'A satellite in low Earth orbit circles the planet in about ninety minutes. '
+    'Raising the orbit requires a burn at perigee that increases the apogee on the far side. '
+)
+
+# The kernel probe digest (`embedding.kernel_probe`) of the packaged
+# all-MiniLM-L6-v2 in portable mode, on an AMX Xeon and under QEMU's Haswell
+# and EPYC-Rome CPUs (Intel and AMD without AVX-512): the same bits on each.
+PORTABLE_PROBE = '9c459aa82618a962c57afc776555f4ef'
+
+# What the kernel tests embed, in the test process and in the fresh processes
+# they start (which import it from here).
+TEXTS = [PASTA, ORBITS, 'short', PASTA * 10, 'Satellites orbit the Earth.', *PROBE_TEXTS]
+
+# A paraphrase: cosine ~0.99 between PASTA_PARAGRAPH and PASTA_AGAIN, estimated
+# Jaccard ~0.44 (below minhash's 0.8).
+PASTA_PARAGRAPH = (
+    'Cook the pasta in plenty of salted boiling water until it is al dente. Reserve a cup of the '
+    'starchy water before draining, then toss the pasta with the sauce and serve it at once with '
+    'grated cheese. Leftover pasta keeps for two days in the fridge.'
+)
+PASTA_AGAIN = (
+    'Cook the pasta in lots of salted boiling water until it is al dente. Keep a cup of the '
+    'starchy cooking water before draining, then mix the pasta with the sauce and serve it right '
+    'away with grated cheese. Leftover pasta keeps for two days in the refrigerator.'
+)
+
+# --- hand-made chunks and the pure filter decisions --------------------------------
+
+PARAGRAPH = (
+    'The Tower Building of the Little Rock Arsenal, also known as the U.S. Arsenal '
+    'Building, is a building located in MacArthur Park in downtown Little Rock, '
+    'Arkansas. Built in 1840, it was part of Little Rock\'s first military installation. '
+    'Since its decommissioning, the surrounding area has been home to a park, and the '
+    'building itself now houses a museum of military history.'
+)
+TYPO = PARAGRAPH.replace('located', 'locatd')
+OTHER = (
+    'Valkyria Chronicles III is a tactical role-playing game developed by Sega and '
+    'Media.Vision for the PlayStation Portable. Released in January 2011 in Japan, it '
+    'is the third game in the Valkyria series and follows the Nameless, a penal unit.'
+)
+BOILERPLATE = 'Contact us at info@example.com for more information.'
+
+
+def unit(*values):
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def make(doc_id, index, text='', embedding=None, entities=None, topic=None, salience=None, minhash=None):
+    text = text or f'chunk {index} of {doc_id}'
+    return Chunk(
+        chunk_id=make_chunk_id(doc_id, index),
+        doc_id=doc_id,
+        chunk_index=index,
+        text=text,
+        char_start=0,
+        char_end=len(text),
+        n_tokens=len(text.split()),
+        content_hash=content_hash(text),
+        embedding=None if embedding is None else np.asarray(embedding, dtype=np.float32),
+        entities=entities,
+        topic=topic,
+        salience=salience,
+        minhash=minhash,
+    )
+
+
+def with_minhash(chunks, config=MinHashConfig()):
+    sigs = signatures([c.text for c in chunks], config)
+    return [dataclasses.replace(c, minhash=s) for c, s in zip(chunks, sigs)]
+
+
+def ids(chunks):
+    return [c.chunk_id for c in chunks]
+
+
+def decisions_by_id(dropped):
+    """`{chunk_id: (reason, duplicate_of)}` of the dropped chunks."""
+    return {d.chunk.chunk_id: (d.reason, d.duplicate_of) for d in dropped}
+
+
+def mixed_corpus():
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(6, 8))
+    texts = [PARAGRAPH, TYPO, OTHER, BOILERPLATE, BOILERPLATE, 'short one', '']
+    chunks = []
+    for i in range(40):
+        doc = f'doc{i % 4}'
+        vector = base[i % 6] + rng.normal(scale=0.2, size=8)
+        ents = [(), ('ORG:sega',), ('ORG:sega', 'GPE:japan'), ('PERSON:kurt', 'GPE:japan')][i % 4]
+        chunks.append(
+            make(doc, i // 4, texts[i % 7] or f'text {i}', embedding=vector, entities=ents, topic=i % 3)
+        )
+    return with_minhash(chunks)
+
+
+def near_copies(n_groups=12, per_group=5, dim=16, seed=0):
+    rng = np.random.default_rng(seed)
+    vectors = []
+    for _ in range(n_groups):
+        base = rng.normal(size=dim)
+        vectors.extend(base + rng.normal(scale=0.25, size=dim) for _ in range(per_group))
+    return [make(f'd{i % 7}', i, f'text {i}', embedding=np.asarray(v, np.float32),
+                 salience=round(float(rng.random()), 3)) for i, v in enumerate(vectors)]
+
+
+def pure_global(name, chunks):
+    ordered = sorted(chunks, key=Chunk.sort_key)
+    if name == 'ner_exact':
+        return drop_ner_exact(ordered)
+    if name == 'ner_half':
+        return drop_ner_half(ordered)
+    return drop_similar(ordered, 0.8, 'topics' in name, name.endswith('_ner'))
+
+
+# --- the Beam filter transforms against the pure decisions -------------------------
+
+
+def chunk_id_of(chunk: Chunk) -> str:
+    return chunk.chunk_id
+
+
+def decision_of(d: Dropped) -> tuple:
+    return (d.chunk.chunk_id, d.reason, d.duplicate_of, None if d.score is None else round(d.score, 6))
+
+
+def sorted_decisions(dropped) -> list[tuple]:
+    """The dropped chunks' `decision_of` tuples, sorted."""
+    return sorted(decision_of(d) for d in dropped)
+
+
+def run_filter(chunks, transform):
+    """Returns a check that runs `transform` on `chunks` and compares kept ids and decisions."""
+    def check(expected_kept, expected_dropped):
+        with TestPipeline() as p:
+            out = p | 'Create' >> beam.Create(chunks, reshuffle=False) | transform
+            assert_that(out[KEPT] | 'KeptIds' >> beam.Map(chunk_id_of),
+                        equal_to(expected_kept), label='CheckKept')
+            assert_that(out[DROPPED] | 'Decisions' >> beam.Map(decision_of),
+                        equal_to(expected_dropped), label='CheckDropped')
+    return check
+
+
+def expect(pure_result):
+    kept, dropped = pure_result
+    return [c.chunk_id for c in kept], sorted_decisions(dropped)
+
+
+# --- hostile input records -----------------------------------------------------------
+
+GOOD = {'id': 'good', 'text': 'A perfectly ordinary record about pasta.'}
+
+
+def read_all(path, root=None, **limits):
+    return list(read.read_file(str(path), str(root or path.parent), **limits))
+
+
+def outcome(records):
+    """`(position, doc_id or reason)` per record, in file order."""
+    return [(r.source.rsplit(':', 1)[-1] if ':' in r.source else '', r.doc_id if isinstance(r, Document) else r.reason)
+            for r in records]
+
+
+def write_jsonl(path, lines):
+    path.write_bytes(b'\n'.join(line if isinstance(line, bytes) else line.encode() for line in lines) + b'\n')
+    return path
+
+
+# --- extracted formats ---------------------------------------------------------------
+
+PAGE_1 = 'The first page explains how apples are harvested in autumn.'
+PAGE_2 = 'The second page explains how pears are stored over winter.'
+
+
+def headings_of(extracted: Extracted) -> list[tuple[int, str]]:
+    """(level, text) of each recorded heading, checked to sit at its offset in the text."""
+    for offset, _, text in extracted.layout.headings:
+        assert extracted.text[offset:offset + len(text)] == text
+        assert offset == 0 or extracted.text[offset - 1] == '\n'
+    return [(level, text) for _, level, text in extracted.layout.headings]
+
+
+# --- sharded tables ------------------------------------------------------------------
+
+SPEC = tables.TableSpec('t', pa.schema([('doc_id', pa.string()), ('i', pa.int32()), ('v', pa.list_(pa.float32()))]),
+                       'doc_id', ('doc_id', 'i'))
+
+
+def rows(n_docs=20, per_doc=3):
+    return [{'doc_id': f'd{d}', 'i': i, 'v': np.full(2, d + i / 10, np.float32)}
+            for d in range(n_docs) for i in reversed(range(per_doc))]
+
+
+# --- evaluation chunks ---------------------------------------------------------------
+
+
+def _chunk(doc_id, index, text, vector, entities=()):
+    from transforms.features.minhash import MinHashConfig, signatures
+    from transforms.text import content_hash
+    from transforms.types import Chunk
+
+    return Chunk(
+        chunk_id=f'{doc_id}#{index}', doc_id=doc_id, chunk_index=index, text=text,
+        char_start=0, char_end=len(text), n_tokens=len(text.split()),
+        content_hash=content_hash(text), embedding=np.asarray(vector, dtype=np.float32),
+        entities=tuple(entities), minhash=signatures([text], MinHashConfig())[0])
+
+
+# --- HTML, PDF and DOCX files --------------------------------------------------------
+
+
+def _pdf_string(text: str) -> bytes:
+    escaped = text.replace('\\', '\\\\').replace('(', '\\(').replace(')', '\\)')
+    return b'(' + escaped.encode('latin-1') + b')'
+
+
+def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None) -> bytes:
+    """A valid PDF, one page per item: lines of Helvetica text, or a drawn square (no text) for None.
+
+    Written by hand (catalog, page tree, font, pages, content streams and an
+    exact xref table), so the tests need no PDF writing library.
+    """
+    n = len(pages)
+    # Objects: 1 catalog, 2 page tree, 3 font, 4 info, then (page, content) per page.
+    page_ids = [5 + 2 * i for i in range(n)]
+    objects = {
+        1: b'<< /Type /Catalog /Pages 2 0 R >>',
+        2: b'<< /Type /Pages /Kids [' + b' '.join(b'%d 0 R' % i for i in page_ids) + b'] /Count %d >>' % n,
+        3: b'<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>',
+        4: b'<< /Title ' + _pdf_string(title or '') + b' >>',
+    }
+    for page_id, text in zip(page_ids, pages):
+        if text is None:
+            stream = b'0 0 1 rg 72 72 200 200 re f'
+        else:
+            lines = b' T* '.join(_pdf_string(line) + b' Tj' for line in text.split('\n'))
+            stream = b'BT /F1 11 Tf 14 TL 72 740 Td ' + lines + b' ET'
+        objects[page_id] = (
+            b'<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] '
+            b'/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>' % (page_id + 1))
+        objects[page_id + 1] = b'<< /Length %d >>\nstream\n' % len(stream) + stream + b'\nendstream'
+    out = bytearray(b'%PDF-1.4\n')
+    offsets = {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += b'%d 0 obj\n' % number + objects[number] + b'\nendobj\n'
+    xref = len(out)
+    size = max(objects) + 1
+    out += b'xref\n0 %d\n0000000000 65535 f \n' % size
+    for number in range(1, size):
+        out += b'%010d 00000 n \n' % offsets[number]
+    info = b' /Info 4 0 R' if title else b''
+    out += b'trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n' % (size, info, xref)
+    return bytes(out)
+
+
+def encrypt_pdf(data: bytes, user_password: str) -> bytes:
+    """The same PDF, encrypted with AES-128 and a user password (pypdf)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    writer.encrypt(user_password=user_password, owner_password='owner', algorithm='AES-128')
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+def make_docx(blocks: Sequence[tuple], title: Optional[str] = None) -> bytes:
+    """A .docx from `('heading', level, text)`, `('p', text)`, `('table', [[cell, ...], ...])`
+    and `('styled', style, based_on, text)` (a paragraph in a new style based on another)."""
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+
+    document = docx.Document()
+    if title:
+        document.core_properties.title = title
+    for block in blocks:
+        if block[0] == 'heading':
+            document.add_heading(block[2], level=block[1])
+        elif block[0] == 'p':
+            document.add_paragraph(block[1])
+        elif block[0] == 'styled':  # ('styled', style name, based on, text)
+            if block[1] not in [s.name for s in document.styles]:
+                style = document.styles.add_style(block[1], WD_STYLE_TYPE.PARAGRAPH)
+                style.base_style = document.styles[block[2]]
+            document.add_paragraph(block[3], style=block[1])
+        else:
+            rows = block[1]
+            table = document.add_table(rows=len(rows), cols=len(rows[0]))
+            for r, row in enumerate(rows):
+                for c, value in enumerate(row):
+                    table.cell(r, c).text = value
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+BOILERPLATE_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Installing the Widget CLI - Widget Docs</title>
+<style>body { font-family: sans-serif } .nav a { color: red }</style>
+<script>window.dataLayer = []; function track() { dataLayer.push('pageview') }</script></head>
+<body>
+<header><a href="/">Widget Docs</a>
+<nav><ul><li><a href="/guide">Guide</a></li><li><a href="/api">API reference</a></li>
+<li><a href="/blog">Blog</a></li><li><a href="/pricing">Pricing</a></li></ul></nav></header>
+<div id="cookie-banner" class="consent"><p>We use cookies to improve your experience. By continuing
+to browse you accept our cookie policy.</p><button>Accept all cookies</button></div>
+<main><article>
+<h1>Installing the Widget CLI</h1>
+<p>The Widget command line tool runs on Linux, macOS and Windows. This page explains how to install
+it and how to check that the installation works before you configure your first project.</p>
+<h2>Requirements</h2>
+<p>You need Python 3.10 or newer and about 50 MB of free disk space. The installer does not need
+administrator rights when it installs into your home directory.</p>
+<h2>Install</h2>
+<p>Run <code>pip install widget-cli</code> in a terminal. Then run <code>widget --version</code>: it
+prints the version number and exits.</p>
+<h3>Upgrading</h3>
+<p>To upgrade an existing installation, run the same command with the upgrade flag. Your
+configuration files are kept.</p>
+<table><tr><th>System</th><th>Supported</th></tr><tr><td>Linux</td><td>yes</td></tr></table>
+</article></main>
+<footer><p>Copyright 2026 Widget Inc. All rights reserved.</p><ul><li><a href="/privacy">Privacy</a></li>
+<li><a href="/terms">Terms</a></li></ul></footer>
+<script src="/analytics.js"></script>
+</body></html>
+"""

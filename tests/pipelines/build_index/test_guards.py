@@ -1,0 +1,143 @@
+"""Bad command lines and outputs: refused up front with one clear error, nothing written."""
+
+import pytest
+
+from pipelines import build_index
+from transforms.output import snapshots
+
+
+def build(corpus, out, *flags):
+    return build_index.run(['--input', str(corpus), '--output', str(out), '--chunk_size', '64', *flags])
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / 'corpus'
+    root.mkdir()
+    (root / 'a.txt').write_text('Jupiter is the largest planet of the Solar System.')
+    return root
+
+
+class ModelMustNotLoad:
+    """Stands in for the model handle (the subject here is the order of checks, not the model)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @classmethod
+    def of(cls, config):
+        return cls()
+
+    def acquire(self):
+        raise AssertionError('the model was loaded before the check that should have failed')
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    monkeypatch.setattr(build_index, 'SharedModel', ModelMustNotLoad)
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--chunk_sise', '200'], r'unknown flag\(s\) --chunk_sise \(did you mean --chunk_size\?\)'),
+    (['--chunk_size=64', '--bogus'], r'unknown flag\(s\) --bogus'),
+    (['--device', 'bogus'], "--device 'bogus' is not a torch device"),
+    (['--max_metadata_bytes', '0'], 'max_metadata_bytes must be > 0'),
+    (['--prune_grace_seconds', 'nan'], 'prune_grace_seconds'),
+])
+def test_bad_flags_fail_before_any_work(corpus, tmp_path, no_model, flags, message):
+    with pytest.raises(ValueError, match=message):
+        build(corpus, tmp_path / 'out', *flags)
+    assert not (tmp_path / 'out').exists()
+
+
+def test_beam_flags_still_pass(corpus, tmp_path, no_model):
+    # Reaches the model (so the flags were accepted) without running anything.
+    with pytest.raises(AssertionError, match='model was loaded'):
+        build(corpus, tmp_path / 'out', '--runner', 'DirectRunner', '--direct_num_workers=1',
+              '--direct_running_mode', 'in_memory')
+
+
+def test_cuda_without_cuda_is_refused(corpus, tmp_path, no_model):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip('this machine has CUDA')
+    with pytest.raises(ValueError, match='CUDA is not available'):
+        build(corpus, tmp_path / 'out', '--device', 'cuda')
+
+
+def test_unknown_config_key(corpus, tmp_path, no_model):
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: {corpus}\nchunk_size: 32\nbogus_key: 1\nchunk_sise: 3\n')
+    with pytest.raises(ValueError, match=r'build.yaml: unknown setting\(s\) bogus_key, chunk_sise \(did you mean'):
+        build_index.run(['--config', str(config), '--output', str(tmp_path / 'out')])
+
+
+@pytest.mark.parametrize('flags', [[], ['--versioned']])
+def test_output_naming_a_file_is_refused_before_any_work(corpus, tmp_path, no_model, flags):
+    precious = tmp_path / 'notes.txt'
+    precious.write_text('my notes')
+    with pytest.raises(ValueError, match='is a file'):
+        build(corpus, precious, *flags)
+    assert precious.read_text() == 'my notes' and not list(tmp_path.glob('notes.txt.*'))
+
+
+def test_cache_naming_a_file_is_refused(corpus, tmp_path, no_model):
+    (tmp_path / 'cache').write_text('not a folder')
+    with pytest.raises(ValueError, match="--cache .* is a file"):
+        build(corpus, tmp_path / 'out', '--cache', str(tmp_path / 'cache'))
+
+
+@pytest.mark.parametrize('content', ['thesis.tex', 'manifest.json'])
+def test_versioned_into_a_folder_that_is_no_versioned_root_is_refused(corpus, tmp_path, no_model, content):
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    (folder / content).write_text('{}')
+    with pytest.raises(ValueError, match='not a versioned ragsieve root'):
+        build(corpus, folder, '--versioned')
+    assert sorted(p.name for p in folder.iterdir()) == [content]
+
+
+@pytest.mark.parametrize('versioned', [False, True])
+def test_the_output_lock_is_taken_before_the_model_loads(corpus, tmp_path, no_model, versioned):
+    out = tmp_path / 'out'
+    held = (str(out / snapshots.LOCK_FILE), str(out)) if versioned else (snapshots.plain_lock_path(str(out)), str(out))
+    with snapshots.lock_file(held[1], held[0]):
+        with pytest.raises(ValueError, match='another ragsieve build is writing'):
+            build(corpus, out, *(['--versioned'] if versioned else []))
+
+
+def test_a_build_that_rejects_every_record_publishes_nothing(tmp_path):
+    corpus = tmp_path / 'corpus'
+    corpus.mkdir()
+    (corpus / 'blank.md').write_text('\u200b \n')
+    (corpus / 'records.jsonl').write_text('{"id": "x"}\n')
+    out = tmp_path / 'out'
+    with pytest.raises(ValueError, match=r'no document was indexed.*1 empty_text.*--allow_empty'):
+        build(corpus, out)
+    assert not out.exists() and not list(tmp_path.glob('out.staging-*'))
+    manifest = build(corpus, out, '--allow_empty')
+    assert manifest['counts']['documents_indexed'] == 0 and manifest['counts']['rejected'] == 2
+    assert (out / 'manifest.json').exists()
+
+
+def test_failed_build_leaves_no_staging_and_cleans_killed_ones(corpus, tmp_path, monkeypatch):
+    out = tmp_path / 'out'
+    killed = tmp_path / 'out.staging-999-1'  # as a plain build killed with SIGKILL leaves it
+    (killed / 'chunks').mkdir(parents=True)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError('boom after the pipeline ran')
+
+    monkeypatch.setattr(build_index, 'make_manifest', fail)
+    with pytest.raises(RuntimeError, match='boom'):
+        build(corpus, out)
+    assert not list(tmp_path.glob('out.staging-*')) and not out.exists()
+
+
+def test_a_directory_named_like_a_glob_is_read_as_a_directory(tmp_path):
+    corpus = tmp_path / 'dir[1]'
+    corpus.mkdir()
+    (corpus / 'a.txt').write_text('Saturn has rings of ice and rock.')
+    manifest = build(corpus, tmp_path / 'out', '--filter', 'none')
+    assert manifest['counts']['documents_indexed'] == 1

@@ -1,0 +1,105 @@
+"""The pinned CPU kernels: vectors independent of batch, threads and process, and checked."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import PORTABLE_PROBE, REPO, TEXTS
+from transforms.features import kernels
+from transforms.features.embedding import embed_texts, kernel_probe
+
+# Embeds TEXTS in a fresh process under the environment and thread count the
+# test gives, and prints the vectors' bytes as hex with the kernel state.
+CHILD = '''
+import json, sys
+import torch
+from transforms.features.models import load_embedding_model
+from transforms.features.embedding import embed_texts, kernel_probe
+from transforms.features import kernels
+from tests.helpers import TEXTS
+mode, threads, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(threads)
+model = load_embedding_model('all-MiniLM-L6-v2', kernel_mode=mode)
+vectors = embed_texts(model, TEXTS, batch)
+print(json.dumps({'hex': vectors.tobytes().hex(), 'probe': kernel_probe(model),
+                  'describe': kernels.describe(mode)}))
+'''
+
+
+def child(mode, threads, batch, env=None):
+    done = subprocess.run([sys.executable, '-c', CHILD, mode, str(threads), str(batch)], cwd=REPO,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out['vectors'] = np.frombuffer(bytes.fromhex(out.pop('hex')), dtype=np.float32).reshape(len(TEXTS), -1)
+    return out
+
+
+def test_this_process_runs_the_portable_kernels(embedding_model):
+    now = kernels.check(kernels.PORTABLE)
+    assert (now.mkl_branch, now.mkl_strict, now.aten) == ('AVX2', True, 'AVX2')
+    described = kernels.describe(kernels.PORTABLE)
+    assert described['byte_stable_across_machines'] and described['mkl_cbwr'] == 'AVX2,STRICT'
+
+
+def test_vectors_do_not_depend_on_threads_or_batch(embedding_model):
+    import torch
+
+    threads = torch.get_num_threads()
+    alone = np.stack([embed_texts(embedding_model, [t])[0] for t in TEXTS])
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            for batch in (1, 2, 5, 64):
+                assert np.array_equal(embed_texts(embedding_model, TEXTS, batch), alone), (n, batch)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_packaged_model_probe_is_the_same_bits_as_on_other_cpus(embedding_model):
+    assert kernel_probe(embedding_model) == PORTABLE_PROBE
+
+
+def test_processes_with_other_threads_batches_and_settings_agree(embedding_model):
+    here = embed_texts(embedding_model, TEXTS)
+    one = child(kernels.PORTABLE, 1, 1)
+    # A machine whose environment asks for its widest units: portable wins.
+    wide = child(kernels.PORTABLE, 3, 64, env={
+        'MKL_ENABLE_INSTRUCTIONS': 'AVX512', 'ATEN_CPU_CAPABILITY': 'avx512', 'MKL_CBWR': 'AUTO'})
+    for out in (one, wide):
+        assert np.array_equal(out['vectors'], here)
+        assert out['probe'] == kernel_probe(embedding_model)
+        assert out['describe']['byte_stable_across_machines']
+
+
+def test_native_kernels_are_stable_on_one_cpu_and_say_so():
+    one, three = child(kernels.NATIVE, 1, 1), child(kernels.NATIVE, 3, 64)
+    assert np.array_equal(one['vectors'], three['vectors']) and one['probe'] == three['probe']
+    assert not one['describe']['byte_stable_across_machines']
+    assert one['describe']['mode'] == kernels.NATIVE and one['describe']['mkl_cbwr'].endswith(',STRICT')
+    # The portable caps this test process runs with are lifted in the child.
+    assert one['describe']['onednn_max_cpu_isa'] is None
+    if kernels.cpu_name().endswith(('(avx512)', '(amx)')):
+        # Wider units sum in another order: without portable, another CPU's bits.
+        assert one['describe']['aten_cpu_capability'] != 'AVX2' and one['probe'] != PORTABLE_PROBE
+
+
+def test_kernels_fixed_before_the_model_loads_are_refused():
+    script = ('import torch; torch.ones(8).softmax(0)\n'
+              'from transforms.features.models import load_embedding_model\n'
+              'load_embedding_model("all-MiniLM-L6-v2")\n')
+    env = {k: v for k, v in os.environ.items() if k not in ('MKL_CBWR', 'ATEN_CPU_CAPABILITY',
+                                                             'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')}
+    done = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert 'KernelError' in done.stderr and 'torch ran before ragsieve could pin them' in done.stderr
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match='embed kernels must be one of'):
+        kernels.check_mode('fast')

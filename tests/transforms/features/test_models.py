@@ -1,0 +1,11 @@
+"""The model fingerprint that keys the embedding cache."""
+
+from transforms.features.embedding import embed_texts
+from transforms.features.models import model_fingerprint
+
+
+def test_fingerprint_does_not_change_when_the_model_embeds(embedding_model):
+    # embed_texts sets the tokenizer's padding and truncation: the cache key must not follow them.
+    before = model_fingerprint(embedding_model)
+    embed_texts(embedding_model, ['a short text', 'a somewhat longer text ' * 20])
+    assert model_fingerprint(embedding_model) == before

@@ -1,0 +1,98 @@
+"""FAISS and BM25 assembled from written chunk parts: same results as from one list, any index type."""
+
+import io
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from transforms.output import indexes, tables
+from transforms.output.bm25 import bm25_files
+from transforms.output.writers import write_parts
+
+DIM = 8
+
+
+def chunk_rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    rows = []
+    for i, v in enumerate(vectors):
+        row = {name: None for name in tables.CHUNK_SCHEMA.names}
+        row.update(chunk_id=f'd{i // 4}#{i % 4}', doc_id=f'd{i // 4}', chunk_index=i % 4,
+                   text=f'text number {i} about topic {i % 7}', embedding=v)
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture
+def output(tmp_path):
+    write_parts(chunk_rows(200), tables.CHUNKS_TABLE, str(tmp_path / 'chunks'), 4)
+    return tmp_path
+
+
+def table_vectors(output):
+    table = tables.read_table(str(output / 'chunks'), ['chunk_id', 'embedding'])
+    return table.column('chunk_id').to_pylist(), indexes.part_vectors(table, DIM)
+
+
+def test_flat_from_parts_equals_one_flat_index_in_table_order(output):
+    files = indexes.write_faiss(200, str(output), DIM, indexes.IndexConfig())
+    assert files == 200
+    index = faiss.read_index(str(output / 'index' / 'index.faiss'))
+    ids, vectors = table_vectors(output)
+    assert pq.read_table(output / 'index' / 'ids.parquet').column('chunk_id').to_pylist() == ids
+    reference = faiss.IndexFlatIP(DIM)
+    reference.add(vectors)
+    assert faiss.serialize_index(index).tobytes() == faiss.serialize_index(reference).tobytes()
+
+
+@pytest.mark.parametrize('index_type', ['HNSW8', 'IVF4,Flat', 'IVF4,PQ2x4'])
+def test_other_index_types_are_deterministic_and_find_a_stored_vector(output, tmp_path, index_type):
+    config = indexes.IndexConfig(index_type, train_size=150)
+    first = indexes.assemble_faiss(str(output / 'chunks'), DIM, config, io.BytesIO())
+    second = indexes.assemble_faiss(str(output / 'chunks'), DIM, config, io.BytesIO())
+    assert faiss.serialize_index(first).tobytes() == faiss.serialize_index(second).tobytes()
+    assert first.ntotal == 200
+    _, vectors = table_vectors(output)
+    faiss.ParameterSpace().set_index_parameter(first, 'nprobe' if 'IVF' in index_type else 'efSearch', 4)
+    _, found = first.search(vectors[:20], 1)
+    # PQ codes of 8 bits for 8 dimensions are too coarse to find the vector itself.
+    assert (found[:, 0] == np.arange(20)).mean() >= (0.8 if 'PQ' not in index_type else 0.0)
+
+
+def test_training_sample_is_bounded_and_fixed_by_the_chunk_ids(output):
+    sample = indexes.training_sample(str(output / 'chunks'), DIM, 50)
+    assert sample.shape == (50, DIM)
+    ids, vectors = table_vectors(output)
+    chosen = sorted(range(len(ids)), key=lambda i: indexes.sample_key(ids[i]))[:50]
+    assert np.array_equal(sample, vectors[chosen])
+
+
+def test_too_few_vectors_to_train_is_a_clear_error(output):
+    with pytest.raises(ValueError, match='cannot train'):
+        indexes.assemble_faiss(str(output / 'chunks'), DIM, indexes.IndexConfig('IVF512,Flat'), io.BytesIO())
+
+
+def test_bad_index_type_and_train_size():
+    with pytest.raises(ValueError, match='index_factory'):
+        indexes.IndexConfig('Bogus42').check(DIM)
+    with pytest.raises(ValueError, match='index_train_size'):
+        indexes.IndexConfig(train_size=0)
+
+
+def test_empty_table_gives_an_empty_index_and_no_bm25(tmp_path):
+    write_parts([], tables.CHUNKS_TABLE, str(tmp_path / 'chunks'), 2)
+    assert indexes.write_faiss(0, str(tmp_path), DIM, indexes.IndexConfig()) == 0
+    assert faiss.read_index(str(tmp_path / 'index' / 'index.faiss')).ntotal == 0
+    assert pq.read_table(tmp_path / 'index' / 'ids.parquet').num_rows == 0
+    assert indexes.write_bm25(0, str(tmp_path)) == 0 and not (tmp_path / 'bm25').exists()
+
+
+def test_bm25_from_parts_equals_bm25_of_the_table_texts(output):
+    indexes.write_bm25(200, str(output))
+    texts = tables.read_table(str(output / 'chunks'), ['text']).column('text').to_pylist()
+    for name, data in bm25_files(texts).items():
+        assert (output / 'bm25' / name).read_bytes() == data, name

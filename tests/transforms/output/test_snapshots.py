@@ -1,0 +1,93 @@
+"""Versioned roots: run ids, the LATEST pointer, retention, cleanup and the lock."""
+
+import datetime
+import json
+import os
+
+import pytest
+
+from transforms.output import snapshots
+
+
+def make_run(root, run_id, complete=True, finished=None):
+    """A run directory; `finished` sets its manifest's time (runs are ordered by it)."""
+    directory = root / 'runs' / run_id
+    (directory / 'chunks').mkdir(parents=True)
+    (directory / 'chunks' / 'part.parquet').write_bytes(b'x')
+    if complete:
+        (directory / 'manifest.json').write_text(json.dumps({'run_id': run_id}))
+        if finished is not None:
+            os.utime(directory / 'manifest.json', (finished, finished))
+    return directory
+
+
+def test_run_ids_sort_by_time_and_are_checked():
+    early = snapshots.new_run_id(datetime.datetime(2026, 1, 2, 3, 4, 5, 6, datetime.timezone.utc))
+    late = snapshots.new_run_id(datetime.datetime(2026, 1, 2, 3, 4, 5, 7, datetime.timezone.utc))
+    assert early == '20260102T030405000006Z' and early < late
+    assert snapshots.check_run_id('nightly-2026.11.29_1') == 'nightly-2026.11.29_1'
+    for bad in ('', '../x', '.hidden', '-x', 'a/b', 'a b'):
+        with pytest.raises(ValueError, match='run_id'):
+            snapshots.check_run_id(bad)
+
+
+def test_latest_pointer_and_resolve_index(tmp_path):
+    assert snapshots.read_latest(str(tmp_path)) is None
+    assert snapshots.resolve_index(str(tmp_path)) == str(tmp_path)  # a plain index directory
+    make_run(tmp_path, 'r1')
+    snapshots.write_latest(str(tmp_path), 'r1')
+    assert (tmp_path / 'LATEST').read_text() == 'r1\n'
+    assert snapshots.read_latest(str(tmp_path)) == 'r1'
+    assert snapshots.resolve_index(str(tmp_path)) == str(tmp_path / 'runs' / 'r1')
+    assert not list(tmp_path.glob('LATEST.tmp-*'))
+    make_run(tmp_path, 'r2', complete=False)
+    (tmp_path / 'LATEST').write_text('r2\n')
+    with pytest.raises(ValueError, match='not a complete run'):
+        snapshots.resolve_index(str(tmp_path))
+
+
+def test_clean_debris_deletes_incomplete_runs_and_pointer_temporaries(tmp_path):
+    make_run(tmp_path, 'r1')
+    make_run(tmp_path, 'r2', complete=False)
+    (tmp_path / 'LATEST.tmp-123').write_text('r2')
+    assert snapshots.list_runs(str(tmp_path)) == (['r1'], ['r2'])
+    deleted = snapshots.clean_debris(str(tmp_path))
+    assert sorted(deleted) == sorted([str(tmp_path / 'runs' / 'r2'), str(tmp_path / 'LATEST.tmp-123')])
+    assert snapshots.list_runs(str(tmp_path)) == (['r1'], [])
+    assert snapshots.clean_debris(str(tmp_path / 'empty')) == []
+
+
+def test_prune_keeps_the_newest_and_never_the_latest(tmp_path):
+    # Ordered by when each run finished, not by name.
+    for finished, run_id in enumerate(('nightly-b', 'nightly-a', 'manual', 'nightly-c')):
+        make_run(tmp_path, run_id, finished=1_000_000 + finished)
+    assert snapshots.list_runs(str(tmp_path)) == (['nightly-b', 'nightly-a', 'manual', 'nightly-c'], [])
+    snapshots.write_latest(str(tmp_path), 'nightly-b')  # e.g. rolled back by hand
+    assert snapshots.prune_runs(str(tmp_path), 2) == ['nightly-a']
+    assert snapshots.list_runs(str(tmp_path)) == (['nightly-b', 'manual', 'nightly-c'], [])
+    with pytest.raises(ValueError, match='keep_runs'):
+        snapshots.prune_runs(str(tmp_path), 0)
+
+
+def test_lock_is_exclusive_and_released(tmp_path):
+    with snapshots.lock(str(tmp_path)):
+        with pytest.raises(ValueError, match='another ragsieve build'):
+            with snapshots.lock(str(tmp_path)):
+                pass
+    with snapshots.lock(str(tmp_path)):
+        pass
+
+
+def test_prune_spares_runs_replaced_within_the_grace_period(tmp_path):
+    import os
+
+    for finished, run_id in ((1000, 'a'), (2000, 'b'), (2900, 'c')):
+        directory = tmp_path / 'runs' / run_id
+        directory.mkdir(parents=True)
+        (directory / 'manifest.json').write_text('{}')
+        os.utime(directory / 'manifest.json', (finished, finished))
+    snapshots.write_latest(str(tmp_path), 'c')
+    # 'a' was replaced by 'b' 1000 s ago, 'b' by 'c' 100 s ago.
+    assert snapshots.prune_runs(str(tmp_path), 1, grace_seconds=600, now=3000) == ['a']
+    assert snapshots.list_runs(str(tmp_path))[0] == ['b', 'c']
+    assert snapshots.prune_runs(str(tmp_path), 1, grace_seconds=0, now=3000) == ['b']

@@ -1,0 +1,1 @@
+"""Cutting documents into chunks: the pure chunkers and the ChunkDocuments stage."""

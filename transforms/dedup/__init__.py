@@ -1,0 +1,1 @@
+"""Redundancy filters: the registry, one module or folder per filter family, their Beam stages."""

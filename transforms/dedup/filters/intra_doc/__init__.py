@@ -1,0 +1,1 @@
+"""Intra-doc (klarRAG): the decision and its Beam stage."""

@@ -1,0 +1,1 @@
+"""MinHash-LSH: the decision and its Beam stage."""

@@ -1,0 +1,1 @@
+"""NER Half: the decision and its Beam stage."""

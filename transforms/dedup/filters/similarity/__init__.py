@@ -1,0 +1,1 @@
+"""The similarity family (Similarity, +Topics, +NER, +Topics+NER): decision, candidates, Beam stage."""

@@ -1,0 +1,137 @@
+"""One chunker of the grid: the build's stages once, then every filter scored on the questions."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import numpy as np
+
+from transforms.chunking.chunkers import ChunkerConfig
+from transforms.dedup.config import FilterConfig, FilterSpec
+from transforms.dedup.in_memory import apply_filter
+from transforms.evaluation import metrics
+from transforms.evaluation.datasets import Question
+from transforms.evaluation.features import (
+    FeatureStore,
+    chunk_corpus,
+    with_features,
+)
+from transforms.evaluation.grid import (
+    chunker_label,
+    grid_needs,
+)
+from transforms.evaluation.lemmas import LemmaTable
+from transforms.query import retrieval
+from transforms.types import Chunk, Document
+
+LOG = logging.getLogger('ragsieve.evaluate')
+
+# dense: the study's protocol, exact top-k by cosine; hybrid: the query job's ranking.
+DENSE = 'dense'
+HYBRID = 'hybrid'
+RETRIEVALS = (DENSE, HYBRID)
+
+
+def apply_filters(
+    chunks: Sequence[Chunk], specs: Sequence[FilterSpec], settings: FilterConfig
+) -> list[Chunk]:
+    """Runs the filters in order through `in_memory.apply_filter`, as the build does; returns the kept chunks.
+
+    Kept chunks carry what the filters changed (intra_doc's boosted salience).
+    """
+    kept = list(chunks)
+    for spec in specs:
+        kept, _ = apply_filter(kept, spec, settings)
+    return kept
+
+
+def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors):
+    """The top-k rows of `chunks` for each question among the kept ones (dense or hybrid).
+
+    `config` is the run's `pipelines.evaluate.EvaluateConfig` (its `retrieval` and `k`).
+    """
+    if config.retrieval == HYBRID:
+        row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
+        kept_rows = np.array([row_of[c.chunk_id] for c in kept_chunks], dtype=np.int64)
+        return retrieval.hybrid_top_k(kept_chunks, kept_rows, vectors, [q.question for q in questions],
+                                      query_vectors, config.k, retrieval.RetrievalConfig())
+    return retrieval.exact_top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
+
+
+def evaluate_chunker(
+    chunker: ChunkerConfig,
+    documents: Sequence[Document],
+    questions: Sequence[Question],
+    query_vectors: np.ndarray,
+    lemmas: dict[str, LemmaTable],
+    config,
+    store: FeatureStore,
+    bar=None,
+) -> tuple[list[dict], dict]:
+    """Scores every filter of the grid on one chunker.
+
+    `config` is the run's `pipelines.evaluate.EvaluateConfig` (its grid, `k`,
+    variants and retrieval).
+
+    Returns:
+      `(one row per filter and variant, wall seconds per stage)`.
+    """
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    chunks = chunk_corpus(documents, chunker, store)
+    timings['chunk'] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    chunks = with_features(chunks, grid_needs(config.filters), store)
+    vectors = np.stack([c.embedding for c in chunks]) if chunks else np.zeros((0, 1), np.float32)
+    timings['features'] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    texts = {d.doc_id: d.text for d in documents}
+    tables = {v: metrics.VariantTokens.of(v, chunks, questions, texts, lemmas) for v in config.variants}
+    timings['tokens'] = time.perf_counter() - started
+
+    rows = []
+    filter_seconds = evaluate_seconds = 0.0
+    for grid in config.filters:
+        started = time.perf_counter()
+        kept_chunks = apply_filters(chunks, grid.specs, FilterConfig(features=store.settings))
+        filter_seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        kept_ids = {c.chunk_id for c in kept_chunks}
+        kept = np.array([c.chunk_id in kept_ids for c in chunks], dtype=bool)
+        retrieved = retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors)
+        char = [metrics.retrieved_char_scores(
+            q.references, q.doc_id, [(chunks[r].doc_id, chunks[r].char_start, chunks[r].char_end) for r in hits])
+            for q, hits in zip(questions, retrieved)]
+        for variant in config.variants:
+            token, oracle = tables[variant].scores(questions, retrieved, kept, config.k)
+            rows.append({
+                'dataset': config.dataset,
+                'chunker': chunker_label(chunker),
+                'retrieval': config.retrieval,
+                'method': grid.method,
+                'filter': grid.name,
+                'threshold': '' if grid.threshold is None else grid.threshold,
+                'variant': variant,
+                'chunks': len(chunks),
+                'kept': int(kept.sum()),
+                'reduction': metrics.reduction(len(chunks), int(kept.sum())),
+                'precision': metrics.mean([s.precision for s in token]),
+                'recall': metrics.mean([s.recall for s in token]),
+                'iou': metrics.mean([s.iou for s in token]),
+                'oracle': metrics.mean(oracle),
+                'char_precision': metrics.mean([s.precision for s in char]),
+                'char_recall': metrics.mean([s.recall for s in char]),
+                'char_iou': metrics.mean([s.iou for s in char]),
+            })
+        evaluate_seconds += time.perf_counter() - started
+        if bar is not None:
+            bar.update(1)
+    timings['filter'] = filter_seconds
+    timings['score'] = evaluate_seconds
+    LOG.info('%s: %d chunks; seconds %s', chunker_label(chunker), len(chunks),
+             {k: round(v, 1) for k, v in timings.items()})
+    return rows, timings

@@ -1,0 +1,1 @@
+"""Per-chunk features: the embedding model and its kernels, entities, MinHash, topics, their cache."""

@@ -1,0 +1,327 @@
+"""A cache of per-chunk features and per-document spans, keyed by exact text.
+
+A rebuild then computes only what is new: chunk spans of changed documents
+(tokenizing, and for the semantic chunkers embedding pieces), and the
+embedding, entities and MinHash signature of chunks whose text is new.
+
+Layout under a cache root (local or any Beam filesystem):
+
+    ROOT/<feature>/<settings_id>/settings.json                   what the values depend on
+    ROOT/<feature>/<settings_id>/<generation>/part-*-of-*.parquet  text_key -> value, sharded by key
+    ROOT/<feature>/<settings_id>/<generation>/COMPLETE           written after the run succeeded
+
+`settings_id` hashes everything besides the text that determines a value
+(model weights and versions, labels, MinHash parameters), so a changed
+setting selects a new, empty directory instead of serving stale values. A
+generation is a snapshot: the entries of every chunk of one successful run.
+Reads take the newest complete generation and, once a newer one is complete,
+the older ones are deleted, so the cache holds one corpus' worth of entries
+and those of deleted text go away with the next run. A generation without
+COMPLETE (a killed run) is never read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from typing import Iterable, Iterator, Mapping, Optional
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec
+from transforms.output import tables
+from transforms.output.publish import split_complete
+from transforms.output.writers import WriteTable, write_parts
+from transforms.storage import delete_trees, write_bytes, write_json
+from transforms.text import text_key
+from transforms.types import Chunk
+
+VALUE_TYPES = {
+    'embedding': pa.list_(pa.float32()),
+    'entities': pa.list_(pa.string()),
+    'minhash': pa.list_(pa.uint64()),
+    # (char_start, char_end, n_tokens) of each chunk, flattened.
+    SPANS: pa.list_(pa.int64()),
+}
+# `--cache none`: the flag value that turns the cache off, in every job.
+NO_CACHE = 'none'
+# A generation written before entries were sharded: one file, read all the same.
+LEGACY_ENTRIES_FILE = 'entries.parquet'
+COMPLETE_FILE = 'COMPLETE'
+SETTINGS_FILE = 'settings.json'
+
+
+def chunk_value(feature: str, chunk: Chunk):
+    """The chunk's value of `feature`, None when not computed."""
+    return getattr(chunk, feature)
+
+
+def with_value(feature: str, chunk: Chunk, value) -> Chunk:
+    """The chunk with `feature` set to a value read back from the cache."""
+    return dataclasses.replace(chunk, **{feature: typed_value(feature, value)})
+
+
+def entries_schema(feature: str) -> pa.Schema:
+    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
+
+
+def entries_spec(feature: str) -> tables.TableSpec:
+    """The entries table of a feature: sharded and sorted by key, one row per key."""
+    return tables.TableSpec('', entries_schema(feature), 'key', ('key',), unique=True)
+
+
+def entry_row(entry: tuple[str, object], feature: str) -> dict:
+    """A `(key, value)` entry as a row of `entries_spec(feature)`."""
+    key, value = entry
+    if feature in ('embedding', 'minhash'):
+        value = np.asarray(value)
+    elif feature == SPANS:
+        value = [x for triple in value for x in triple]
+    else:
+        value = list(value)
+    return {'key': key, 'value': value}
+
+
+def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
+    """Cache entries as one table sorted by key, one row per key (equal keys hold equal values)."""
+    return tables.part_table((entry_row(e, feature) for e in entries), entries_spec(feature))
+
+
+def table_entries(table: pa.Table) -> Iterator[tuple[str, object]]:
+    """`(key, value)` pairs of an entries table; lists stay lists (see `with_value`)."""
+    yield from zip(table.column('key').to_pylist(), table.column('value').to_pylist())
+
+
+def _files(pattern: str) -> list[tuple[str, float]]:
+    return [(m.path, m.last_updated_in_seconds) for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+def split_generations(files: Iterable[tuple[str, float]]) -> tuple[list[str], list[str]]:
+    """Groups `(path, mtime)` of files `.../<generation>/<name>` into `(complete, incomplete)`
+    generation dirs (see `write.split_complete`; the marker is COMPLETE)."""
+    return split_complete(((*posixpath.split(path), mtime) for path, mtime in files), COMPLETE_FILE)
+
+
+def generations(directory: str) -> tuple[list[str], list[str]]:
+    """The `(complete, incomplete)` generation dirs of one settings directory."""
+    return split_generations(_files(posixpath.join(directory, '*', '*')))
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheRun:
+    """What one run reads from and writes to a feature cache.
+
+    Attributes:
+      root: The cache root.
+      specs: One spec per feature the run computes.
+      generation: Name of the generation this run writes (its run id).
+      read_from: Per feature, the newest complete generation directory, or
+        None when there is none yet.
+      num_shards: Parts of each entries table this run writes.
+    """
+
+    root: str
+    specs: tuple[CacheSpec, ...]
+    generation: str
+    read_from: Mapping[str, Optional[str]]
+    num_shards: int = 1
+
+    @classmethod
+    def open(cls, root: str, specs: Iterable[CacheSpec], generation: str, num_shards: int = 1) -> 'CacheRun':
+        """Finds the newest complete generation of each spec's directory."""
+        specs = tuple(specs)
+        read_from = {}
+        for spec in specs:
+            complete, _ = generations(spec.directory(root))
+            read_from[spec.feature] = complete[-1] if complete else None
+        return cls(root.rstrip('/'), specs, generation, read_from, num_shards)
+
+    def entries_dir(self, spec: CacheSpec) -> str:
+        """Where this run writes the parts of one feature's entries."""
+        return posixpath.join(spec.directory(self.root), self.generation)
+
+    def spec_of(self, feature: str) -> CacheSpec:
+        return next(s for s in self.specs if s.feature == feature)
+
+    def features(self, among: Iterable[str] = CACHED_FEATURES) -> tuple[str, ...]:
+        """The cached features of this run, among `among`."""
+        among = set(among)
+        return tuple(s.feature for s in self.specs if s.feature in among)
+
+    def write_entries(self, feature: str, entries: Iterable[tuple[str, object]]) -> None:
+        """Writes this run's generation of one feature in this process (it counts once `commit` ran)."""
+        write_parts((entry_row(e, feature) for e in entries), entries_spec(feature),
+                          self.entries_dir(self.spec_of(feature)), self.num_shards)
+
+    def commit(self) -> None:
+        """Marks this run's generations complete; call only after the pipeline succeeded."""
+        for spec in self.specs:
+            directory = spec.directory(self.root)
+            write_json(posixpath.join(directory, SETTINGS_FILE), dict(spec.settings))
+            write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), b'')
+
+    def prune(self) -> None:
+        """Deletes every generation of this run's settings but the one it wrote."""
+        for spec in self.specs:
+            complete, incomplete = generations(spec.directory(self.root))
+            old = [g for g in complete + incomplete if posixpath.basename(g) != self.generation]
+            delete_trees(old)
+
+
+def entries_pattern(generation: str) -> str:
+    """The Parquet files of a generation: its parts, or the one file of an older layout."""
+    return posixpath.join(generation, '*.parquet')
+
+
+def read_entries(generation: str, feature: str) -> dict[str, object]:
+    """All entries of one generation, values as `with_value` sets them (evaluation: it holds them all)."""
+    import pyarrow.parquet as pq
+
+    legacy = posixpath.join(generation, LEGACY_ENTRIES_FILE)
+    if FileSystems.exists(legacy):
+        with FileSystems.open(legacy) as f:
+            parts = [pq.read_table(f)]
+    else:
+        parts = tables.iter_parts(generation)
+    return {key: typed_value(feature, value) for table in parts for key, value in table_entries(table)}
+
+
+def typed_value(feature: str, value):
+    """A value as read from a table, in the type its stage uses (arrays, tuples)."""
+    if feature == 'embedding':
+        return np.asarray(value, dtype=np.float32)
+    if feature == 'minhash':
+        return np.asarray(value, dtype=np.uint64)
+    if feature == SPANS:
+        return tuple(tuple(value[i : i + 3]) for i in range(0, len(value), 3))
+    return tuple(value)
+
+
+def delete_incomplete(root: str) -> list[str]:
+    """Deletes the generations killed runs left anywhere under `root`; returns them.
+
+    Only safe while no other run writes to the cache (see `snapshots.lock`).
+    """
+    _, incomplete = split_generations(_files(posixpath.join(root, '*', '*', '*', '*')))
+    delete_trees(incomplete)
+    return incomplete
+
+
+class _AttachCachedFn(beam.DoFn):
+    def __init__(self, features: tuple[str, ...]):
+        self._features = features
+        self._hits = {f: Metrics.counter('cache', f'{f}_hits') for f in features}
+        self._misses = {f: Metrics.counter('cache', f'{f}_misses') for f in features}
+
+    def process(self, element) -> Iterable[Chunk]:
+        _, groups = element
+        cached = {f: next(iter(groups[f]), None) for f in self._features}
+        for chunk in groups['chunks']:
+            for feature, value in cached.items():
+                if value is None:
+                    self._misses[feature].inc()
+                else:
+                    self._hits[feature].inc()
+                    chunk = with_value(feature, chunk, value)
+            yield chunk
+
+
+def _keyed(chunk: Chunk) -> tuple[str, Chunk]:
+    return text_key(chunk.text), chunk
+
+
+class JoinCachedFeatures(beam.PTransform):
+    """PCollection[Chunk] -> PCollection[Chunk] with every cached feature set.
+
+    A keyed join (CoGroupByKey on the text key) of the chunks with each
+    feature's newest complete generation; the cache is never a side input.
+    Features not in the cache stay None for the compute stages to fill.
+    Counters `cache.<feature>_hits` / `_misses` count chunks.
+    """
+
+    def __init__(self, cache: CacheRun):
+        super().__init__()
+        self._cache = cache
+
+    def expand(self, chunks):
+        features = self._cache.features(CHUNK_FEATURES)
+        inputs = {'chunks': chunks | 'KeyByText' >> beam.Map(_keyed)}
+        for feature in features:
+            inputs[feature] = chunks.pipeline | f'{feature.title()}Cache' >> ReadCacheEntries(self._cache, feature)
+        return (
+            inputs
+            | 'JoinOnTextKey' >> beam.CoGroupByKey()
+            | 'AttachCached' >> beam.ParDo(_AttachCachedFn(features))
+        )
+
+
+class ReadCacheEntries(beam.PTransform):
+    """PBegin -> PCollection[(key, value)] of one feature's newest complete generation."""
+
+    def __init__(self, cache: CacheRun, feature: str):
+        super().__init__()
+        self._path = cache.read_from[feature]
+
+    def expand(self, pbegin):
+        if self._path is None:
+            return pbegin | 'Empty' >> beam.Create([])
+        return (
+            pbegin
+            | 'Read' >> beam.io.ReadFromParquetBatched(entries_pattern(self._path))
+            | 'Entries' >> beam.FlatMap(table_entries)
+        )
+
+
+class WriteCacheEntries(beam.PTransform):
+    """PCollection[(key, value)] -> this run's generation of one feature: parts sharded by key.
+
+    Written like the output tables (`writers.WriteTable`), one part per
+    worker at a time; the generation counts only once `CacheRun.commit`
+    marks it complete.
+    """
+
+    def __init__(self, cache: CacheRun, feature: str):
+        super().__init__()
+        self._cache = cache
+        self._feature = feature
+
+    def expand(self, entries):
+        cache, feature = self._cache, self._feature
+        return (
+            entries
+            | 'Rows' >> beam.Map(entry_row, feature)
+            | 'Write' >> WriteTable(entries_spec(feature), cache.entries_dir(cache.spec_of(feature)),
+                                          cache.num_shards)
+        )
+
+
+def _entries(chunk: Chunk, feature: str) -> Iterator[tuple[str, object]]:
+    value = chunk_value(feature, chunk)
+    if value is not None:
+        yield text_key(chunk.text), value
+
+
+class WriteFeatureCache(beam.PTransform):
+    """PCollection[Chunk] (kept and dropped) -> this run's generation of each per-chunk feature.
+
+    Features are computed lazily (`stages.feature_plan`): a chunk dropped
+    before a feature's first use has none, and writes no entry for it.
+    """
+
+    def __init__(self, cache: CacheRun):
+        super().__init__()
+        self._cache = cache
+
+    def expand(self, chunks):
+        for feature in self._cache.features(CHUNK_FEATURES):
+            name = feature.title()
+            _ = (
+                chunks
+                | f'{name}CacheEntries' >> beam.FlatMap(_entries, feature)
+                | f'Write{name}Cache' >> WriteCacheEntries(self._cache, feature)
+            )
+        return chunks.pipeline

@@ -1,0 +1,1 @@
+"""Reading inputs: listing, formats, records, ReadDocuments; every unusable record a Rejected row."""

@@ -1,0 +1,141 @@
+"""Listing `--input`: every path it names, local or on a Beam filesystem, and what is wrong with one."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import storage
+from transforms.ingest.reasons import BROKEN_LINK, REPEATED_DIRECTORY, SPECIAL_FILE, UNREADABLE
+from transforms.types import Rejected
+
+_GLOB_CHARS = re.compile(r'[*?\[]')
+
+
+def expand_input(pattern: str) -> tuple[str, list[str]]:
+    """Resolves `--input` to its root and the sorted files it names.
+
+    An existing path is a path even when it holds glob characters (`dir[1]`).
+    A local directory is walked following symbolic links; every path met is
+    listed, also those that are no regular file (dangling links, link loops,
+    FIFOs, a second link to a directory already walked): `read_file` rejects
+    them with a reason, so the listing accounts for everything it saw.
+
+    Args:
+      pattern: A file, a directory (read recursively) or a glob, local or on any
+        Beam filesystem.
+
+    Returns:
+      `(root, paths)`: doc ids of text files are paths relative to `root`.
+    """
+    if not storage.is_remote(pattern) and os.path.lexists(pattern):
+        if os.path.isdir(pattern):
+            root = pattern.rstrip('/') or '/'
+            return root, list_local_directory(root)
+        return posixpath.dirname(pattern), [pattern]
+    root, matches = _match_input(pattern)
+    return root, sorted(m.path for m in matches)
+
+
+def input_bytes(pattern: str) -> int:
+    """Total size of the regular files `--input` names, from their metadata (nothing is read)."""
+    if not storage.is_remote(pattern) and os.path.lexists(pattern):
+        paths = expand_input(pattern)[1]
+        # Special files and broken links are rejected unread: they add nothing.
+        return sum(os.stat(p).st_size for p in paths if file_problem(p) is None)
+    return sum(m.size_in_bytes for m in _match_input(pattern)[1])
+
+
+def _match_input(pattern: str):
+    if _GLOB_CHARS.search(pattern):
+        prefix = _GLOB_CHARS.split(pattern, 1)[0]
+        root = prefix.rstrip('/') if prefix.endswith('/') else posixpath.dirname(prefix)
+        glob = pattern
+    elif _is_directory(pattern):
+        root = pattern.rstrip('/')
+        glob = root + '/**'
+    else:
+        root = posixpath.dirname(pattern)
+        glob = pattern
+    return root, FileSystems.match([glob])[0].metadata_list
+
+
+def list_local_directory(root: str) -> list[str]:
+    """Every non-directory path under a local `root`, sorted, through symbolic links.
+
+    A linked directory is walked once: a link to a directory already walked
+    (a loop, or a second name for it) is listed as itself, for `read_file`
+    to reject as REPEATED_DIRECTORY.
+    """
+    paths = []
+    walked = {os.path.realpath(root)}
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            paths.append(directory)  # unreadable: read_file says why
+            continue
+        for entry in entries:
+            path = posixpath.join(directory, entry.name)
+            if os.path.isdir(path):  # False for dangling links and loops: listed, rejected later
+                real = os.path.realpath(path)
+                if real in walked:
+                    paths.append(path)
+                    continue
+                walked.add(real)
+                pending.append(path)
+            else:
+                paths.append(path)
+    return sorted(paths)
+
+
+def file_problem(path: str) -> Optional[Rejected]:
+    """Why a local path cannot be read as a file, found without opening it.
+
+    A FIFO would block `open` forever and a device could stream without end,
+    so the type is checked with `lstat`/`stat` first.
+    """
+    import errno
+    import stat
+
+    try:
+        link = os.lstat(path)
+    except OSError as e:
+        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        if stat.S_ISLNK(link.st_mode):
+            what = 'a symbolic link loop' if e.errno == errno.ELOOP else f'a dangling symbolic link to {os.readlink(path)!r}'
+            return Rejected(path, None, BROKEN_LINK, what)
+        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+    if stat.S_ISDIR(info.st_mode):
+        if not os.access(path, os.R_OK | os.X_OK):
+            return Rejected(path, None, UNREADABLE, 'a directory that cannot be listed')
+        return Rejected(path, None, REPEATED_DIRECTORY,
+                        f'link to directory {os.path.realpath(path)!r}, which is already read')
+    if not stat.S_ISREG(info.st_mode):
+        kind = ('FIFO' if stat.S_ISFIFO(info.st_mode) else 'socket' if stat.S_ISSOCK(info.st_mode)
+                else 'device' if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else 'special file')
+        return Rejected(path, None, SPECIAL_FILE, f'a {kind}, not a regular file: not opened')
+    return None
+
+
+def _is_directory(path: str) -> bool:
+    if not storage.is_remote(path):
+        return os.path.isdir(path)
+    # Object stores have no directories: a path with objects under it is one.
+    return bool(FileSystems.match([path.rstrip('/') + '/*'], limits=[1])[0].metadata_list)
+
+
+def relative_id(path: str, root: str) -> str:
+    """Returns `path` relative to `root`, with `/` separators."""
+    if root and path.startswith(root.rstrip('/') + '/'):
+        return path[len(root.rstrip('/')) + 1 :]
+    return posixpath.basename(path)

@@ -1,0 +1,1 @@
+"""What a dropped chunk leaves behind: `represents` on its keeper, delta chunks."""

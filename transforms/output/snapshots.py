@@ -1,0 +1,227 @@
+"""Versioned output roots: one directory per run, an atomic LATEST pointer, retention, cleanup.
+
+    ROOT/runs/<run_id>/   one build's outputs; complete once manifest.json exists
+    ROOT/LATEST           the run_id readers use, replaced atomically after a run succeeded
+    ROOT/cache/           the feature cache (see `features.cache`)
+
+A run writes only into its own directory and writes manifest.json last, so a
+run killed at any point leaves a directory without a manifest, which nobody
+reads and the next run deletes; LATEST and the run it names are never touched
+before the new run is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import posixpath
+import re
+import time
+from typing import Iterator, Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import storage
+from transforms.output.publish import split_complete
+from transforms.output.tables import MANIFEST_FILE
+from transforms.storage import delete_trees, write_atomic
+
+RUNS_DIR = 'runs'
+LATEST_FILE = 'LATEST'
+CACHE_DIR = 'cache'
+LOCK_FILE = '.lock'
+# What a versioned root may hold besides debris of its own (LATEST.tmp-*).
+ROOT_ENTRIES = (RUNS_DIR, LATEST_FILE, CACHE_DIR, LOCK_FILE)
+# A run replaced as LATEST less than this long ago is not pruned: a query
+# that read LATEST just before may still be opening its files.
+DEFAULT_PRUNE_GRACE_SECONDS = 600.0
+
+_RUN_ID = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*')
+
+
+def new_run_id(now: Optional[datetime.datetime] = None) -> str:
+    """A run id that sorts by start time: UTC `YYYYMMDDTHHMMSS` and microseconds."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime('%Y%m%dT%H%M%S%fZ')
+
+
+def check_run_id(run_id: str) -> str:
+    """Returns `run_id` if it can name a directory.
+
+    Raises:
+      ValueError: If it is empty, starts with `.`/`-` or holds other than
+        letters, digits, `.`, `_` and `-`.
+    """
+    if not _RUN_ID.fullmatch(run_id or ''):
+        raise ValueError(
+            f'--run_id {run_id!r} must be letters, digits, ".", "_" or "-", starting with a '
+            'letter or digit')
+    return run_id
+
+
+def run_dir(root: str, run_id: str) -> str:
+    return posixpath.join(root, RUNS_DIR, run_id)
+
+
+def read_latest(root: str) -> Optional[str]:
+    """The run_id LATEST names, or None when nothing was published yet.
+
+    Raises:
+      ValueError: If LATEST cannot be read or names no valid run id.
+    """
+    path = posixpath.join(root, LATEST_FILE)
+    if not FileSystems.exists(path):
+        return None
+    try:
+        with FileSystems.open(path) as f:
+            run_id = f.read(1024).decode('utf-8').strip()
+        return check_run_id(run_id)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f'{path} is corrupt: it must hold one run id ({e})') from None
+
+
+def write_latest(root: str, run_id: str) -> None:
+    """Points LATEST at `run_id` in one atomic replace."""
+    write_atomic(posixpath.join(root, LATEST_FILE), f'{check_run_id(run_id)}\n'.encode('utf-8'))
+
+
+def resolve_index(path: str) -> str:
+    """The directory of the index at `path`: the run LATEST names, or `path` itself.
+
+    Raises:
+      ValueError: If LATEST names a run that is missing or incomplete.
+    """
+    run_id = read_latest(path)
+    if run_id is None:
+        return path
+    directory = run_dir(path, run_id)
+    if not FileSystems.exists(posixpath.join(directory, MANIFEST_FILE)):
+        raise ValueError(f'{path}/{LATEST_FILE} names run {run_id!r}, but {directory} is not a complete run')
+    return directory
+
+
+def list_runs(root: str) -> tuple[list[str], list[str]]:
+    """The `(complete, incomplete)` run ids under `root`.
+
+    A run is complete once its manifest.json exists: the build writes it
+    last. Complete runs come oldest first by that file's time, so run ids
+    need not sort; incomplete ones by name.
+    """
+    return split_complete(_run_files(root), MANIFEST_FILE)
+
+
+def _run_files(root: str) -> list[tuple[str, str, float]]:
+    runs = posixpath.join(root, RUNS_DIR)
+    files = []
+    for m in FileSystems.match([posixpath.join(runs, '**')])[0].metadata_list:
+        run_id, _, rest = m.path[len(runs) :].lstrip('/').partition('/')
+        files.append((run_id, rest, m.last_updated_in_seconds))
+    return files
+
+
+def check_root(root: str) -> None:
+    """Refuses a `--versioned` output that is neither new, empty nor a versioned root.
+
+    Raises:
+      ValueError: If `root` is a file, or a directory holding anything a
+        versioned root never holds (a plain index, someone's files).
+    """
+    if storage.is_remote(root) or not os.path.exists(root):
+        return
+    if not os.path.isdir(root):
+        raise ValueError(f'--output {root!r} is a file, not a directory')
+    foreign = sorted(n for n in os.listdir(root) if n not in ROOT_ENTRIES and not n.startswith(f'{LATEST_FILE}.tmp-'))
+    if foreign:
+        raise ValueError(
+            f'--output {root!r} is not a versioned ragsieve root (it holds {", ".join(foreign[:5])}); '
+            'refusing to write into it: choose an empty or new directory')
+
+
+def clean_debris(root: str) -> list[str]:
+    """Deletes what killed runs left: incomplete run directories and pointer temporaries.
+
+    Only safe while no other build writes to `root` (see `lock`).
+
+    Returns:
+      The deleted paths.
+    """
+    _, incomplete = list_runs(root)
+    debris = [run_dir(root, r) for r in incomplete]
+    delete_trees(debris)
+    temporaries = [
+        m.path for m in FileSystems.match([posixpath.join(root, f'{LATEST_FILE}.tmp-*')])[0].metadata_list]
+    if temporaries:
+        FileSystems.delete(temporaries)
+    return debris + temporaries
+
+
+def prune_runs(root: str, keep: int, grace_seconds: float = 0.0, now: Optional[float] = None) -> list[str]:
+    """Deletes complete runs beyond the newest `keep`, never the one LATEST names.
+
+    A run stopped being LATEST when the next run completed (builds point
+    LATEST at a run right after its manifest is written); it is spared until
+    that is `grace_seconds` old, so a query that read LATEST just before can
+    still open its files.
+
+    Returns:
+      The deleted run ids.
+    """
+    if keep < 1:
+        raise ValueError(f'keep_runs must be >= 1, got {keep}')
+    files = _run_files(root)
+    complete, _ = split_complete(files, MANIFEST_FILE)
+    completed_at = {d: t for d, name, t in files if name == MANIFEST_FILE}
+    now = time.time() if now is None else now
+    latest = read_latest(root)
+    old = [r for i, r in enumerate(complete[:-keep])
+           if r != latest and now - completed_at[complete[i + 1]] >= grace_seconds]
+    delete_trees([run_dir(root, r) for r in old])
+    return old
+
+
+@contextlib.contextmanager
+def lock(root: str) -> Iterator[None]:
+    """Holds an exclusive lock on a local root for the length of a build.
+
+    Cleanup deletes what no complete run owns, which would break a second
+    build writing to the same root at the same time. The lock is a `flock`,
+    released by the kernel even when the holder is killed. Object stores have
+    no such lock: schedule one build per root there.
+
+    Raises:
+      ValueError: If another process holds the lock.
+    """
+    with lock_file(root, os.path.join(root, LOCK_FILE)):
+        yield
+
+
+def plain_lock_path(output: str) -> str:
+    """The lock of a plain (not versioned) output: a hidden sibling.
+
+    Not inside the output, which publishing replaces by a rename: a lock
+    file there would move away with the old index while a build held it.
+    """
+    parent, name = os.path.split(output.rstrip('/'))
+    return os.path.join(parent, f'.{name}.lock')
+
+
+@contextlib.contextmanager
+def lock_file(root: str, path: str) -> Iterator[None]:
+    """Holds an exclusive `flock` on the local file `path`, guarding `root` (see `lock`)."""
+    if storage.is_remote(root):
+        yield
+        return
+    import fcntl
+
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with open(path, 'a') as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})') from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

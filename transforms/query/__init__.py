@@ -1,0 +1,1 @@
+"""Answering questions over a built index: ranking, metadata filters, the Retriever."""

@@ -1,0 +1,330 @@
+"""Query-time ranking: BM25, reciprocal rank fusion and post-ranking cross-document dedup.
+
+Pure functions, no Beam and no model: `pipelines/query.py` wires them to a
+built index. The fusion follows the klarRAG retrieval phase: each signal
+(dense cosine, BM25, salience, recency) ranks the candidates, reciprocal rank
+fusion adds `weight / (rrf_k + rank)` per signal, and the fused list is then
+walked in order, skipping chunks too similar to one already selected.
+
+Neutral values: a signal that has no value for a chunk (a null salience, no
+parseable timestamp in the metadata, a BM25 score of 0 i.e. no query term in
+the chunk) gives that chunk no contribution for that signal, rather than a
+made-up rank; its rank is reported as None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from transforms.ingest.records import RECENCY_KEYS, parse_timestamp
+from transforms.output.bm25 import bm25_tokenize, build_bm25
+from transforms.validate import check_threshold
+
+SIGNALS = ('dense', 'bm25', 'salience', 'recency')
+# The constant of Cormack et al. (2009): damps the gap between the first ranks.
+RRF_K = 60
+@dataclasses.dataclass(frozen=True)
+class RetrievalConfig:
+    """How a query ranks and deduplicates chunks.
+
+    Attributes:
+      candidates: N: the union of the dense top-N and the BM25 top-N is fused
+        (default 50).
+      min_relevance: Candidates whose dense cosine to the query is below this
+        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore).
+      dedup_threshold: A chunk whose cosine to an already selected chunk is at
+        least this is skipped as a duplicate (default 0.90, as at ingestion).
+      rrf_k: Reciprocal rank fusion constant (default 60).
+      weight_dense: Weight of the dense rank (default 1.0).
+      weight_bm25: Weight of the BM25 rank (default 1.0).
+      weight_salience: Weight of the salience rank (default 0.5). Salience and
+        recency do not depend on the query, so by default they only reorder
+        chunks that the query signals already rank close together.
+      weight_recency: Weight of the recency rank (default 0.5).
+    """
+
+    candidates: int = 50
+    min_relevance: float = 0.25
+    dedup_threshold: float = 0.90
+    rrf_k: float = RRF_K
+    weight_dense: float = 1.0
+    weight_bm25: float = 1.0
+    weight_salience: float = 0.5
+    weight_recency: float = 0.5
+
+    def __post_init__(self):
+        if self.candidates <= 0:
+            raise ValueError(f'candidates must be > 0, got {self.candidates}')
+        if not -1.0 <= self.min_relevance <= 1.0:
+            raise ValueError(f'min_relevance must be a cosine in [-1, 1], got {self.min_relevance}')
+        check_threshold('dedup_threshold', self.dedup_threshold)
+        if not (self.rrf_k > 0 and math.isfinite(self.rrf_k)):
+            raise ValueError(f'rrf_k must be a finite number > 0, got {self.rrf_k}')
+        for name, value in self.weights.items():
+            # NaN fails every comparison, so `value < 0` alone would let it through.
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f'weight_{name} must be a finite number >= 0, got {value}')
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Weight per signal name."""
+        return {s: getattr(self, f'weight_{s}') for s in SIGNALS}
+
+
+def rank(values: Mapping[str, Optional[float]]) -> dict[str, int]:
+    """1-based ranks by value, highest first; equal values are ordered by id.
+
+    Args:
+      values: Value per chunk id; None means the chunk has no value (neutral).
+
+    Returns:
+      Rank per chunk id that has a value.
+    """
+    present = sorted((k for k, v in values.items() if v is not None), key=lambda k: (-values[k], k))
+    return {k: i + 1 for i, k in enumerate(present)}
+
+
+def rrf_fuse(
+    rankings: Mapping[str, Mapping[str, int]],
+    weights: Mapping[str, float],
+    rrf_k: float = RRF_K,
+) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion: score(c) = sum over signals s of weight_s / (rrf_k + rank_s(c)).
+
+    A chunk absent from a signal's ranking gets nothing from it.
+
+    Args:
+      rankings: Per signal name, the 1-based rank of each chunk id.
+      weights: Per signal name, its weight; a signal without one weighs 0.
+      rrf_k: The fusion constant.
+
+    Returns:
+      `(chunk_id, score)` for every ranked chunk, by score descending then
+      chunk_id, so ties always come out in the same order.
+    """
+    scores: dict[str, float] = {}
+    for signal, ranks in rankings.items():
+        weight = weights.get(signal, 0.0)
+        for chunk_id, r in ranks.items():
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (rrf_k + r)
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fused:
+    """Candidates of one query, fused.
+
+    Attributes:
+      rows: Candidate rows, best first (score descending, then chunk_id).
+      scores: Their fused scores.
+      rankings: Per signal, the rank of each candidate chunk_id that has a value.
+      cosines: Dense cosine to the query, per candidate row.
+    """
+
+    rows: list[int]
+    scores: list[float]
+    rankings: dict[str, dict[str, int]]
+    cosines: dict[int, float]
+
+
+def fuse_candidates(
+    query: np.ndarray,
+    dense_rows: Sequence[int],
+    bm25: np.ndarray,
+    embeddings: np.ndarray,
+    chunk_ids: Sequence[str],
+    salience: Sequence[Optional[float]],
+    timestamps: Sequence[Optional[float]],
+    config: RetrievalConfig,
+) -> Fused:
+    """Hybrid ranking of one query: candidates, relevance floor, per-signal ranks, RRF.
+
+    Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
+    a BM25 score of 0 means no query term occurs, so it makes no lexical
+    candidate. Candidates whose cosine to the query is below
+    `config.min_relevance` are dropped; the rest are ranked by each signal and
+    fused.
+
+    Args:
+      query: The normalized query embedding.
+      dense_rows: The dense top-N rows (e.g. from FAISS).
+      bm25: BM25 score of every row.
+      embeddings: Normalized chunk embeddings, one row per chunk.
+      chunk_ids: chunk_id per row (ties in every ranking are broken by it).
+      salience: Salience per row; None is neutral.
+      timestamps: Document time per row (POSIX seconds); None is neutral.
+      config: Candidates, floor, weights.
+    """
+    rows = sorted(set(int(r) for r in dense_rows if r >= 0)
+                  | set(top_n(bm25, config.candidates, min_score=0.0)))
+    # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
+    cosines = {r: float(embeddings[r] @ query) for r in rows}
+    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance}
+    rankings = {
+        'dense': rank({c: cosines[r] for c, r in by_id.items()}),
+        'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
+        'salience': rank({c: salience[r] for c, r in by_id.items()}),
+        'recency': rank({c: timestamps[r] for c, r in by_id.items()}),
+    }
+    fused = rrf_fuse(rankings, config.weights, config.rrf_k)
+    return Fused([by_id[c] for c, _ in fused], [score for _, score in fused], rankings, cosines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A chunk dropped by post-ranking dedup.
+
+    Attributes:
+      position: Its position in the fused list.
+      duplicate_of: Position (in the fused list) of the selected chunk it duplicates.
+      cosine: Their cosine similarity.
+    """
+
+    position: int
+    duplicate_of: int
+    cosine: float
+
+
+def dedup_ranked(
+    vectors: Sequence[Optional[np.ndarray]],
+    threshold: float,
+    limit: Optional[int] = None,
+) -> tuple[list[int], list[Skipped]]:
+    """Walks a ranked list, skipping items too similar to an already selected one.
+
+    Args:
+      vectors: Normalized embeddings in rank order; None where a chunk has
+        none (it is kept: there is nothing to compare).
+      threshold: Cosine at or above which an item is a duplicate.
+      limit: Stop once this many are selected; None walks the whole list.
+
+    Returns:
+      The selected positions, in rank order, and the skipped ones, each with
+      the highest-ranked selected item it duplicates.
+    """
+    dim = next((len(v) for v in vectors if v is not None), 0)
+    # Selected vectors fill a preallocated matrix: one matrix-vector product
+    # per item, no re-stacking (a full all-pairs product was slower at p95 on
+    # busy cores: BLAS threads for a 100 x 100 result).
+    kept = np.empty((len(vectors), dim), np.float32)
+    kept_positions: list[int] = []
+    selected: list[int] = []
+    skipped: list[Skipped] = []
+    for i, v in enumerate(vectors):
+        if limit is not None and len(selected) >= limit:
+            break
+        if v is not None:
+            v = np.asarray(v, np.float32)
+            if kept_positions:
+                similar = kept[: len(kept_positions)] @ v
+                hits = np.nonzero(similar >= threshold)[0]
+                if len(hits):
+                    # The first hit is the best-ranked selected chunk it repeats.
+                    j = int(hits[0])
+                    skipped.append(Skipped(i, kept_positions[j], float(similar[j])))
+                    continue
+            kept[len(kept_positions)] = v
+            kept_positions.append(i)
+        selected.append(i)
+    return selected, skipped
+
+
+def document_timestamp(metadata: Optional[str]) -> Optional[float]:
+    """The first usable RECENCY_KEYS value of a chunk's metadata JSON, or None."""
+    if not metadata:
+        return None
+    try:
+        values = json.loads(metadata)
+    except ValueError:
+        return None
+    if not isinstance(values, dict):
+        return None
+    for key in RECENCY_KEYS:
+        seconds = parse_timestamp(values.get(key))
+        if seconds is not None:
+            return seconds
+    return None
+
+
+def top_n(scores: np.ndarray, n: int, min_score: Optional[float] = None) -> list[int]:
+    """Row numbers of the n highest scores, ties by row number.
+
+    Args:
+      scores: One score per row.
+      n: How many to return at most.
+      min_score: Rows scoring at or below this are left out.
+    """
+    rows = np.arange(len(scores))
+    if min_score is not None:
+        rows = rows[scores > min_score]
+    order = np.lexsort((rows, -scores[rows]))
+    return rows[order[:n]].tolist()
+
+
+def bm25_scores(retriever, query_tokens: list[str], n_rows: int) -> np.ndarray:
+    """BM25 score of every row for one tokenized query; zeros if no token is known."""
+    if not query_tokens:
+        return np.zeros(n_rows, np.float32)
+    return np.asarray(retriever.get_scores(query_tokens), np.float32)
+
+
+# --- the evaluation's retrieval over a filtered chunk set (pipelines/evaluate.py) ---
+
+
+def hybrid_top_k(
+    kept: Sequence, rows: np.ndarray, vectors: np.ndarray, questions: Sequence[str],
+    queries: np.ndarray, k: int, config: RetrievalConfig,
+) -> list[list[int]]:
+    """The query job's ranking over the kept chunks; returns rows of `vectors`.
+
+    BM25 is built over the kept texts, as a filtered build writes it; each
+    question gets the fused, deduplicated top-k (possibly fewer than k, when
+    the relevance floor leaves fewer candidates).
+
+    Args:
+      kept: The kept chunks, in the order of `rows`.
+      rows: Their rows in `vectors`.
+      vectors: Embeddings of all chunks.
+      questions: The questions' texts (they feed BM25).
+      queries: The questions' embeddings.
+      k: Chunks per question.
+      config: Candidates, floor, weights and dedup threshold.
+    """
+    if len(rows) == 0:
+        return [[] for _ in questions]
+    sub = np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    chunk_ids = [c.chunk_id for c in kept]
+    salience = [c.salience for c in kept]
+    timestamps = [document_timestamp(c.metadata) for c in kept]
+    bm25 = build_bm25([c.text for c in kept])
+    dense = exact_top_k(sub, np.arange(len(rows)), queries, config.candidates)
+    out = []
+    for question, query, dense_rows in zip(questions, queries, dense):
+        tokens = bm25_tokenize([question], return_ids=False)[0]
+        scores = bm25_scores(bm25, tokens, len(rows))
+        fused = fuse_candidates(
+            query, dense_rows, scores, sub, chunk_ids, salience, timestamps, config)
+        selected, _ = dedup_ranked([sub[r] for r in fused.rows], config.dedup_threshold, limit=k)
+        out.append([int(rows[fused.rows[i]]) for i in selected])
+    return out
+
+
+def exact_top_k(vectors: np.ndarray, rows: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:
+    """Exact top-k by inner product among `vectors[rows]`; returns rows of `vectors`.
+
+    An `IndexFlatIP` over the kept rows only, the index a filtered build
+    would write, so a removed chunk can never take a place in the top-k.
+    """
+    import faiss
+
+    if len(rows) == 0:
+        return [[] for _ in range(len(queries))]
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(rows)))
+    return [[int(rows[i]) for i in hits if i >= 0] for hits in found]
