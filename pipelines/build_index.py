@@ -189,6 +189,11 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             discard(config, target)
             raise
     print(summary(manifest, config, target))
+    if config.sync:
+        from pipelines import sync
+
+        # After publishing: a store that cannot be written leaves the index published, and says so.
+        print(sync.sync(config.output, config.sync).line())
     return manifest
 
 

@@ -29,6 +29,7 @@ from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
 from transforms.output import indexes, snapshots
+from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
@@ -161,6 +162,9 @@ class BuildIndexOptions(PipelineOptions):
                             help='Root of the per-chunk feature cache (embeddings, entities, '
                                  'MinHash), any Beam filesystem; default: OUTPUT/cache with '
                                  f'--versioned, none otherwise; "{feature_cache.NO_CACHE}" turns it off.')
+        parser.add_argument('--sync', type=str, default=None,
+                            help='After publishing, sync the published run into this vector store '
+                                 '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +183,7 @@ class BuildConfig:
     run_id: Optional[str] = None
     keep_runs: int = 7
     cache: Optional[str] = None
+    sync: Optional[str] = None
     max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
@@ -232,6 +237,7 @@ class BuildConfig:
             run_id=options.run_id,
             keep_runs=options.keep_runs,
             cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
+            sync=stores.check_uri(options.sync) if options.sync else None,
             max_metadata_bytes=options.max_metadata_bytes,
             allow_empty=options.allow_empty,
             prune_grace_seconds=options.prune_grace_seconds,

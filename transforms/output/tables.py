@@ -264,6 +264,11 @@ def load_file(path: str, load):
         raise ValueError(f'{path} is corrupt or unreadable ({type(e).__name__}: {first_line})') from None
 
 
+def read_part(path: str, columns: Optional[Sequence[str]] = None, present_only: bool = False) -> pa.Table:
+    """One part file of a table (see `iter_parts`); a failure is one line naming it (`load_file`)."""
+    return load_file(path, lambda p: _read_part(p, columns, present_only))
+
+
 def _read_part(path: str, columns: Optional[Sequence[str]], present_only: bool) -> pa.Table:
     with FileSystems.open(path) as f:
         part = pq.ParquetFile(f)
@@ -287,7 +292,7 @@ def iter_parts(directory: str, columns: Optional[Sequence[str]] = None,
         naming the part that cannot be read (`load_file`).
     """
     for path in part_paths(directory):
-        yield load_file(path, lambda p: _read_part(p, columns, present_only))
+        yield read_part(path, columns, present_only)
 
 
 def read_table(directory: str, columns: Optional[Sequence[str]] = None, present_only: bool = False) -> pa.Table:
