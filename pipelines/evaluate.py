@@ -245,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument('--dataset', type=str, choices=DATASETS, default=CHROMA,
                         help='chroma: folder of *.md corpora + questions_df.csv; squad: SQuAD v1.1 JSON.')
     parser.add_argument('--data', type=str, default=None,
-                        help=f'Dataset path; for chroma defaults to {DEFAULT_CHROMA_DATA}.')
+                        help='Dataset path; for chroma defaults to ../shared/data/chroma beside the repository.')
     parser.add_argument('--output', type=str, required=True,
                         help='Folder for results.csv, table_*.md, plot_*.png and summary.json.')
     parser.add_argument('--chunkers', type=str, default=DEFAULT_CHUNKERS,
