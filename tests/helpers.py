@@ -7,8 +7,10 @@ made by the tests themselves (no binary fixtures).
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import io
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -372,3 +374,37 @@ configuration files are kept.</p>
 <script src="/analytics.js"></script>
 </body></html>
 """
+
+
+# --- a full disk -----------------------------------------------------------------------
+
+
+def full_disk_open(marker: str, real_open=builtins.open):
+    """An `open` for which every file opened for writing whose path holds `marker` is /dev/full.
+
+    Writing there fails as on a full disk, with the kernel's own ENOSPC (at
+    write or at close). Patch it over `builtins.open` and `io.open` (one
+    function): Beam's local filesystem and `storage.write_atomic` open files
+    through it. The subject of such a test is the error path, not the model.
+    """
+    def fake_open(file, mode='r', *args, **kwargs):
+        if (isinstance(file, (str, os.PathLike)) and marker in os.fspath(file)
+                and any(c in mode for c in 'wax')):
+            return real_open('/dev/full', mode.replace('x', 'w'), *args, **kwargs)
+        return real_open(file, mode, *args, **kwargs)
+    return fake_open
+
+
+def fill_disk(monkeypatch, marker: str) -> None:
+    """Makes writes to paths holding `marker` fail with ENOSPC for the rest of the test."""
+    fake = full_disk_open(marker)
+    monkeypatch.setattr(builtins, 'open', fake)
+    monkeypatch.setattr(io, 'open', fake)
+
+
+def main_on_full_disk(marker: str, argv) -> int:
+    """`ragsieve ARGV` with writes to paths holding `marker` failing with ENOSPC (in a fresh process)."""
+    from pipelines import cli
+
+    builtins.open = io.open = full_disk_open(marker)
+    return cli.main(list(argv))

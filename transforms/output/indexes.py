@@ -20,7 +20,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import storage
@@ -170,11 +169,11 @@ def write_faiss(total_rows: int, output: str, dim: int, config: IndexConfig) -> 
     import faiss
 
     publish.checkpoint('chunks_written')
-    with FileSystems.create(posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)) as ids_file:
+    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)) as ids_file:
         index = assemble_faiss(posixpath.join(output, tables.CHUNKS_DIR), dim, config, ids_file)
     if index.ntotal != total_rows:
         raise RuntimeError(f'the FAISS index holds {index.ntotal} vectors, the chunk parts {total_rows} rows')
-    with FileSystems.create(posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)) as f:
+    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)) as f:
         faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
     return index.ntotal
 
