@@ -51,7 +51,8 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are a ValueError (one line), not its usage and an exit."""
 
     def error(self, message):
-        raise ValueError(message)
+        # argparse says "argument --chunk_size: invalid int value: 'abc'".
+        raise ValueError(re.sub(r'^argument (\S+): ', r'\1: ', message))
 
 
 def beam_flag_parser():

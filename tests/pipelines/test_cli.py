@@ -143,3 +143,25 @@ def test_the_traceback_of_a_reported_error_on_request(capsys, monkeypatch):
     assert cli.run_and_report('build', run, []) == cli.FAILED
     err = capsys.readouterr().err
     assert 'Traceback (most recent call last)' in err and err.endswith('ragsieve build: error: the value was bad\n')
+
+
+@pytest.mark.parametrize('argv,line', [
+    (['build', '--chunk_size', 'abc'], "ragsieve build: error: --chunk_size: invalid int value: 'abc'"),
+    (['build', '--deltas', 'maybe'],
+     "ragsieve build: error: --deltas: invalid choice: 'maybe' (choose from 'on', 'off')"),
+    (['query', '--index', 'out', '--k', 'five', 'a question'],
+     "ragsieve query: error: --k: invalid int value: 'five'"),
+    (['evaluate', '--output', 'out', '--k'], 'ragsieve evaluate: error: --k: expected one argument'),
+])
+def test_a_bad_value_is_one_line_without_the_usage(argv, line):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    # Beam warns of a missing optional package when it is imported; nothing else is printed.
+    printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
+    assert printed == [line] and not done.stdout
