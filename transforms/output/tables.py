@@ -35,9 +35,10 @@ MANIFEST_FILE = 'manifest.json'
 PART_PREFIX = 'part-'
 PART_SUFFIX = '.parquet'
 
-# `--num_shards` default: one part per this much input, at most MAX_DEFAULT_SHARDS.
+# `--num_shards` default: one part per this much input; never more than MAX_SHARDS parts,
+# whether sized from the input or given (every part is a file of every table, empty or not).
 SHARD_INPUT_BYTES = 2 << 20
-MAX_DEFAULT_SHARDS = 1024
+MAX_SHARDS = 1024
 
 # Keys the shard hash, so sharding does not correlate with other blake2 uses of the same ids.
 _SHARD_PERSON = b'ragsieve-shard'
@@ -211,14 +212,14 @@ def part_name(shard: int, num_shards: int) -> str:
 
 
 def default_num_shards(input_bytes: int) -> int:
-    """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_DEFAULT_SHARDS.
+    """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_SHARDS.
 
     The corpus size is not known when the pipeline is built, its input's size
     is (file sizes, without reading them). A part then holds the rows of
     about 2 MiB of text (14k chunks of 48 tokens, 20 MB of float32
     embeddings): what a worker holds while it writes it.
     """
-    return max(1, min(MAX_DEFAULT_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
+    return max(1, min(MAX_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
 
 
 def part_paths(directory: str) -> list[str]:

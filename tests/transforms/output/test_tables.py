@@ -21,7 +21,7 @@ def test_default_num_shards_follows_the_input_size():
     assert tables.default_num_shards(0) == 1
     assert tables.default_num_shards(tables.SHARD_INPUT_BYTES) == 1
     assert tables.default_num_shards(tables.SHARD_INPUT_BYTES + 1) == 2
-    assert tables.default_num_shards(10**15) == tables.MAX_DEFAULT_SHARDS
+    assert tables.default_num_shards(10**15) == tables.MAX_SHARDS
 
 
 def test_table_spec_checks_its_columns():
