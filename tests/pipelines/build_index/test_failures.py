@@ -80,3 +80,14 @@ def test_a_full_disk_in_a_fresh_process_prints_no_traceback(copy):
     last = done.stderr.splitlines()[-1]
     assert last.startswith('ragsieve build: error: cannot write ') and '/chunks/part-' in last, done.stderr[-3000:]
     assert [line for line in done.stderr.splitlines() if line.startswith('ERROR') or 'error:' in line] == [last]
+
+
+def test_an_index_type_too_large_for_the_corpus_is_one_line_without_a_traceback(copy, capsys, caplog):
+    before = tree(copy / 'out')
+    assert cli.main(build_argv(copy, '--index_type', 'IVF4096,PQ8')) == cli.FAILED
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        "ragsieve build: error: cannot train a 'IVF4096,PQ8' index on the 6 vectors of this corpus (it needs at "
+        'least 4096); choose a smaller index type for it, e.g. Flat or HNSW32'), err
+    assert 'Traceback' not in err and not [r.getMessage() for r in caplog.records if r.exc_info]
+    assert tree(copy / 'out') == before
