@@ -240,6 +240,23 @@ def rows(n_docs=20, per_doc=3):
             for d in range(n_docs) for i in reversed(range(per_doc))]
 
 
+def write_tiny_build(directory: Path, with_documents: bool = True, manifest: bool = False) -> Path:
+    """The tables a change report reads (chunks/, dropped/ and documents/) of a one-chunk build."""
+    from transforms.output.writers import write_parts
+
+    chunk = {name: None for name in tables.CHUNK_SCHEMA.names}
+    chunk.update(chunk_id='a#0', doc_id='a', chunk_index=0, text='a text')
+    write_parts([chunk], tables.CHUNKS_TABLE, str(directory / tables.CHUNKS_DIR), 2)
+    write_parts([], tables.DROPPED_TABLE, str(directory / tables.DROPPED_DIR), 2)
+    if with_documents:
+        document = {name: None for name in tables.DOCUMENT_SCHEMA.names}
+        document.update(doc_id='a', text_key='k')
+        write_parts([document], tables.DOCUMENTS_TABLE, str(directory / tables.DOCUMENTS_DIR), 2)
+    if manifest:
+        (directory / tables.MANIFEST_FILE).write_text('{}')
+    return directory
+
+
 # --- evaluation chunks ---------------------------------------------------------------
 
 

@@ -91,3 +91,57 @@ def test_an_index_type_too_large_for_the_corpus_is_one_line_without_a_traceback(
         'least 4096); choose a smaller index type for it, e.g. Flat or HNSW32'), err
     assert 'Traceback' not in err and not [r.getMessage() for r in caplog.records if r.exc_info]
     assert tree(copy / 'out') == before
+
+
+# --- a damaged previous build ----------------------------------------------------------
+
+
+def junk(path):
+    path.write_bytes(b'PAR1 junk, not what a build wrote')
+
+
+def delete_parts(directory):
+    for part in directory.glob('part-*.parquet'):
+        part.unlink()
+
+
+@pytest.mark.parametrize('damage,named', [
+    (lambda out: junk(out / 'documents' / 'part-00000-of-00001.parquet'), 'documents/part-00000-of-00001.parquet'),
+    (lambda out: delete_parts(out / 'chunks'), 'chunks holds no part-*.parquet files'),
+])
+def test_a_damaged_previous_output_is_warned_of_and_replaced(copy, caplog, damage, named):
+    import json
+
+    damage(copy / 'out')
+    assert cli.main(build_argv(copy)) == cli.OK
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING' and 'cannot be read' in r.getMessage()]
+    assert len(warnings) == 1 and str(copy / 'out' / named) in warnings[0], warnings
+    diff = json.loads((copy / 'out' / 'diff.json').read_text())
+    assert diff['previous_run'] is None and diff['documents']['added']['count'] == 2
+    assert sorted(p.name for p in copy.iterdir()) == ['.out.lock', 'cache', 'corpus', 'out']
+
+
+def test_a_damaged_latest_run_is_passed_over_for_the_last_readable_one(tmp_path, caplog):
+    import json
+
+    corpus = tmp_path / 'corpus'
+    corpus.mkdir()
+    (corpus / 'pasta.txt').write_text(PASTA * 4)
+    argv = ['build', '--input', str(corpus), '--output', str(tmp_path / 'root'), '--versioned', *FLAGS]
+    for run_id in ('r1', 'r2'):
+        assert cli.main([*argv, '--run_id', run_id]) == cli.OK
+    junk(tmp_path / 'root' / 'runs' / 'r2' / 'documents' / 'part-00000-of-00001.parquet')
+    (corpus / 'orbits.md').write_text(ORBITS * 4)
+    caplog.clear()
+    assert cli.main([*argv, '--run_id', 'r3']) == cli.OK
+    assert (tmp_path / 'root' / 'LATEST').read_text() == 'r3\n'
+    diff = json.loads((tmp_path / 'root' / 'runs' / 'r3' / 'diff.json').read_text())
+    assert diff['previous_run'] == 'r1' and diff['documents']['added']['ids'] == ['orbits.md']
+    assert 'the run LATEST names cannot be read, so diff.json compares with run r1' in caplog.text
+
+
+def test_a_damaged_feature_cache_is_passed_over_and_computed_again(copy, caplog):
+    [part] = (copy / 'cache' / 'embedding').glob('*/*/part-*.parquet')
+    junk(part)
+    assert cli.main(build_argv(copy)) == cli.OK
+    assert f'a feature cache generation cannot be read, so it is not used: {part}' in caplog.text
