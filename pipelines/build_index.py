@@ -32,7 +32,7 @@ from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import cache_specs
 from transforms.features.embedding import SharedModel
 from transforms.ingest import read
-from transforms.ingest.listing import input_bytes
+from transforms.ingest.listing import check_input, input_bytes
 from transforms.lineage import represents
 from transforms.output import changes, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
@@ -213,9 +213,11 @@ def check_paths(config: BuildConfig) -> None:
     """Refuses outputs and caches that cannot be written, before any work.
 
     Raises:
-      ValueError: If --output or --cache names an existing file, or
-        --versioned names a directory that is no versioned root.
+      ValueError: If --input lists no file or overlaps --output or --cache,
+        --output or --cache names an existing file, or --versioned names a
+        directory that is no versioned root.
     """
+    check_input(config.input, {'--output': config.output, '--cache': config.cache})
     if config.versioned:
         snapshots.check_root(config.output)
     else:

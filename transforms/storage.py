@@ -46,6 +46,17 @@ def is_remote(path: str) -> bool:
     return '://' in path
 
 
+def is_within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or lies under it (local paths compared after resolving links)."""
+    if is_remote(path) or is_remote(directory):
+        path, directory = path.rstrip('/'), directory.rstrip('/')
+    else:
+        import os
+
+        path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip('/') + '/')
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Writes a whole file to any Beam filesystem.
 
