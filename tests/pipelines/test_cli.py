@@ -149,6 +149,9 @@ def test_the_traceback_of_a_reported_error_on_request(capsys, monkeypatch):
     (['build', '--chunk_size', 'abc'], "ragsieve build: error: --chunk_size: invalid int value: 'abc'"),
     (['build', '--deltas', 'maybe'],
      "ragsieve build: error: --deltas: invalid choice: 'maybe' (choose from 'on', 'off')"),
+    (['build', '--chunk_size', '1e9'], "ragsieve build: error: --chunk_size: invalid int value: '1e9'"),
+    (['build', '--input', 'in', '--output', 'out', '--num_shards', '100000'],
+     'ragsieve build: error: --num_shards must be 0 (from the input size) to 1024, got 100000'),
     (['query', '--index', 'out', '--k', 'five', 'a question'],
      "ragsieve query: error: --k: invalid int value: 'five'"),
     (['evaluate', '--output', 'out', '--k'], 'ragsieve evaluate: error: --k: expected one argument'),
@@ -165,3 +168,23 @@ def test_a_bad_value_is_one_line_without_the_usage(argv, line):
     # Beam warns of a missing optional package when it is imported; nothing else is printed.
     printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
     assert printed == [line] and not done.stdout
+
+
+@pytest.mark.parametrize('setting,line', [
+    ('chunk_size: null', '{config}: chunk_size has no value (null)'),
+    ('config: other.yaml', '{config}: config: a config file cannot name another config file'),
+])
+def test_a_bad_config_value_is_one_line_naming_the_file_and_key(tmp_path, setting, line):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: in\noutput: out\n{setting}\n')
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--config', str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
+    assert len(printed) == 1 and printed[0].startswith('ragsieve build: error: '), done.stderr
+    assert line.format(config=config) in printed[0]
