@@ -2,7 +2,7 @@
 
 Every failure a user can act on ends as one line `ragsieve COMMAND: error:
 ...` on stderr and a documented exit status (`EXIT_CODES`, the table of
-docs/cli.md); only an unexpected error (a bug) prints its traceback.
+the README and docs/cli.md); only an unexpected error (a bug) prints its traceback.
 """
 
 import argparse
@@ -20,8 +20,25 @@ from typing import Optional
 COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query'}
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
 
-# Exit statuses (docs/cli.md "Errors and exit codes" says what each means and what to do next).
+# Exit statuses; `EXIT_CODES` says what each means and what to do next.
 OK, UNEXPECTED, FAILED, INTERRUPTED = 0, 1, 2, 130
+# Status -> (what it means, what the user does next): the table of the README and docs/cli.md.
+EXIT_CODES = {
+    OK: ('Done: the build published, the query answered, the evaluation wrote its results. Warnings on '
+         'stderr (a damaged previous build compared with nothing, a document that lost most of its chunks) '
+         'do not change it.',
+         'Nothing; read the warnings, if any.'),
+    UNEXPECTED: ('A bug: an error ragsieve did not expect, printed with its traceback. The index published '
+                 'before is left as it was.',
+                 'Report it with the command line and the traceback.'),
+    FAILED: ('One line `ragsieve COMMAND: error: ...` says what cannot be used: a flag (named), a config file '
+             'value (the file and key), an input, an output or index (the file), a file that cannot be '
+             'written (its path: a full disk, a permission), an output another build holds. Nothing was '
+             'published; the index published before is left as it was.',
+             'Fix what the line names and run again. `RAGSIEVE_TRACEBACK=1` adds the traceback.'),
+    INTERRUPTED: ('Interrupted (Ctrl-C). Nothing was published.',
+                  'Run again: the next build deletes what this one left.'),
+}
 # Set to 1 to see the traceback of a one-line error (and Beam's logs of it) too.
 TRACEBACK_ENV = 'RAGSIEVE_TRACEBACK'
 
@@ -53,6 +70,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         # argparse says "argument --chunk_size: invalid int value: 'abc'".
         raise ValueError(re.sub(r'^argument (\S+): ', r'\1: ', message))
+
+
+def exit_codes_table() -> str:
+    """`EXIT_CODES` as Markdown, for the README and docs/cli.md."""
+    rows = ['| exit status | what it means | what to do next |', '| --- | --- | --- |']
+    rows += [f'| `{code}` | {means} | {then} |' for code, (means, then) in EXIT_CODES.items()]
+    return '\n'.join(rows) + '\n'
 
 
 def beam_flag_parser():

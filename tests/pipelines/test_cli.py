@@ -188,3 +188,13 @@ def test_a_bad_config_value_is_one_line_naming_the_file_and_key(tmp_path, settin
     printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
     assert len(printed) == 1 and printed[0].startswith('ragsieve build: error: '), done.stderr
     assert line.format(config=config) in printed[0]
+
+
+def test_every_exit_status_is_documented_in_the_readme_and_docs():
+    from pipelines import reference
+
+    assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.INTERRUPTED}
+    table = cli.exit_codes_table()
+    for page in ('README.md', 'docs/cli.md'):
+        with open(f'{reference.DOCS}/../{page}', encoding='utf-8') as f:
+            assert table in f.read(), page
