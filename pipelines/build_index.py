@@ -14,7 +14,15 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build_manifest import DIFF_FILE, Target, change_report, log_filters, make_manifest, summary
+from pipelines.build_manifest import (
+    DIFF_FILE,
+    Target,
+    change_report,
+    log_filters,
+    make_manifest,
+    previous_build,
+    summary,
+)
 from pipelines.build_options import BuildConfig, BuildIndexOptions, parse_args
 from transforms import storage
 from transforms.chunking.chunk_documents import ChunkDocuments
@@ -24,7 +32,7 @@ from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import cache_specs
 from transforms.features.embedding import SharedModel
 from transforms.ingest import read
-from transforms.ingest.listing import input_bytes
+from transforms.ingest.listing import check_input, input_bytes
 from transforms.lineage import represents
 from transforms.output import changes, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
@@ -145,16 +153,14 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     if not config.versioned:
         debris += publish.clean_staging(config.output)
         publish.check_replaceable(config.output)
-        has_build = FileSystems.exists(posixpath.join(config.output, tables.MANIFEST_FILE))
-        previous = config.output if has_build else None
+        previous, _ = previous_build(config.output, versioned=False)
         return Target(snapshots.new_run_id(), publish.staging_path(config.output), previous, None), debris
     debris += snapshots.clean_debris(config.output)
     run_id = config.run_id or snapshots.new_run_id()
     directory = snapshots.run_dir(config.output, run_id)
     if FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
-    previous_run_id = snapshots.read_latest(config.output)
-    previous = snapshots.resolve_index(config.output) if previous_run_id else None
+    previous, previous_run_id = previous_build(config.output, versioned=True)
     return Target(run_id, directory, previous, previous_run_id), debris
 
 
@@ -212,9 +218,11 @@ def check_paths(config: BuildConfig) -> None:
     """Refuses outputs and caches that cannot be written, before any work.
 
     Raises:
-      ValueError: If --output or --cache names an existing file, or
-        --versioned names a directory that is no versioned root.
+      ValueError: If --input lists no file or overlaps --output or --cache,
+        --output or --cache names an existing file, or --versioned names a
+        directory that is no versioned root.
     """
+    check_input(config.input, {'--output': config.output, '--cache': config.cache})
     if config.versioned:
         snapshots.check_root(config.output)
     else:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import posixpath
+import re
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import cli
 from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
@@ -28,7 +29,7 @@ from transforms.features.embedding import EmbeddingConfig
 from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
-from transforms.output import indexes, snapshots
+from transforms.output import indexes, snapshots, tables
 from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
@@ -149,8 +150,9 @@ class BuildIndexOptions(PipelineOptions):
                                  'the one LATEST names is never deleted.')
         parser.add_argument('--num_shards', type=int, default=0,
                             help='Parts per output table (chunks/, dropped/, rejected/, documents/ '
-                                 'and the feature cache); 0 = one per 2 MiB of input files, '
-                                 'at most 1024. Same shard count, same bytes.')
+                                 'and the feature cache), at most '
+                                 f'{tables.MAX_SHARDS}; 0 = one per 2 MiB of input files. '
+                                 'Same shard count, same bytes.')
         parser.add_argument('--index_type', type=str, default=indexes.DEFAULT_INDEX_TYPE,
                             help='FAISS index_factory string, inner product: Flat (exact), '
                                  'HNSW32, IVF1024,Flat, IVF4096,PQ32, ... (see the README for '
@@ -192,8 +194,9 @@ class BuildConfig:
     index: indexes.IndexConfig = indexes.IndexConfig()
 
     def __post_init__(self):
-        if self.num_shards < 0:
-            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {self.num_shards}')
+        if not 0 <= self.num_shards <= tables.MAX_SHARDS:
+            raise ValueError(f'--num_shards must be 0 (from the input size) to {tables.MAX_SHARDS}, '
+                             f'got {self.num_shards}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
         if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
@@ -283,8 +286,12 @@ def filter_config(options: BuildIndexOptions) -> FilterConfig:
 def config_flags(path: str) -> list[str]:
     """Turns a YAML/JSON config file into flags, to be placed before the real ones.
 
+    Each setting is checked on its own, so that an error names the file and
+    the key (`config_flag`).
+
     Raises:
-      ValueError: if the file is unreadable or not a mapping of flag names.
+      ValueError: If the file is unreadable, not a mapping of flag names, or
+        a setting is unknown or has a value its flag refuses.
     """
     import yaml  # JSON is a subset of YAML, so one parser reads both
 
@@ -295,24 +302,59 @@ def config_flags(path: str) -> list[str]:
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
     cli.check_known_flags([], [str(k) for k in values], path)
+    parser = cli.beam_flag_parser()
+    actions = {s[2:]: a for a in parser._actions for s in a.option_strings if s.startswith('--')}
     flags = []
     for key, value in values.items():
-        if isinstance(value, bool):
-            if key in ON_OFF_FLAGS:
-                # YAML reads a bare `deltas: off` as false.
-                flags.append(f'--{key}={"on" if value else "off"}')
-            elif value:
-                # On/off flags take no value: `versioned: true` is `--versioned`.
-                flags.append(f'--{key}')
-            continue
-        if isinstance(value, (list, tuple)):
-            value = ','.join(str(v) for v in value)
-        flags.append(f'--{key}={value}')
+        flags += config_flag(path, str(key), value, actions[str(key)], parser)
     return flags
 
 
+def config_flag(path: str, key: str, value, action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
+    """The flags of one config setting (none for a false on/off flag), checked by its flag's parser.
+
+    Raises:
+      ValueError: `--config PATH: KEY ...` when the value is missing (null),
+        a mapping, of the wrong kind for its flag, or one its flag refuses,
+        and for a nested `config:` (one file holds every setting).
+    """
+    where = f'--config {path}: {key}'
+    if key == 'config':
+        raise ValueError(f'{where}: a config file cannot name another config file ({value!r}); '
+                         'put its settings in this one')
+    if value is None:
+        raise ValueError(f'{where} has no value (null): give one, or remove the key for the default')
+    if isinstance(value, dict):
+        raise ValueError(f'{where} must be a value or a list, not a mapping')
+    on_off_flag = isinstance(action, argparse._StoreTrueAction)
+    if isinstance(value, bool) and key in ON_OFF_FLAGS:
+        # YAML reads a bare `deltas: off` as false.
+        value = 'on' if value else 'off'
+    elif on_off_flag or isinstance(value, bool):
+        if not (on_off_flag and isinstance(value, bool)):
+            shown = 'true/false' if isinstance(value, bool) else repr(value)
+            expected = 'true or false' if on_off_flag else 'a value'
+            raise ValueError(f'{where} must be {expected}, not {shown}')
+        # On/off flags take no value: `versioned: true` is `--versioned`.
+        return [f'--{key}'] if value else []
+    if isinstance(value, (list, tuple)):
+        value = ','.join(str(v) for v in value)
+    flag = f'--{key}={value}'
+    try:
+        parser.parse_known_args([flag])
+    except ValueError as e:  # `--KEY: invalid int value: 'abc'`: the key is named already
+        raise ValueError(f'{where}: {re.sub(r"^--[^:]+: ", "", str(e))}') from None
+    return [flag]
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
-    """Parses flags, with those from `--config` first so explicit flags win."""
+    """Parses flags, with those from `--config` first so explicit flags win.
+
+    Raises:
+      ValueError: For an unknown flag or config key, a value a flag refuses
+        (naming the config file and key when it came from one), or a runner
+        ragsieve cannot run on (`check_runner`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--config')
@@ -320,4 +362,32 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     cli.check_known_flags(argv)
     if known.config:
         argv = config_flags(known.config) + argv
-    return PipelineOptions(argv)
+    options = PipelineOptions(argv)
+    check_runner(options.view_as(StandardOptions).runner)
+    return options
+
+
+# Runners a build is known to run on, and the same results on each (docs/guarantees.md).
+RUNNERS = ('DirectRunner', 'PortableRunner', 'FlinkRunner', 'DataflowRunner')
+# Beam runners that cannot run a build, and why.
+REFUSED_RUNNERS = {
+    'dask': "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph, "
+            'so a build would lose its rejected and dropped rows',
+}
+
+
+def check_runner(runner: Optional[str]) -> None:
+    """Refuses, before anything loads, a `--runner` that is no Beam runner or one a build cannot run on.
+
+    Raises:
+      ValueError: Saying why, and which runners work.
+    """
+    if runner is None:
+        return  # Beam's default, the DirectRunner
+    name = runner.rsplit('.', 1)[-1].lower().removesuffix('runner')
+    works = ', '.join(RUNNERS)
+    if name in REFUSED_RUNNERS:
+        raise ValueError(f'--runner {runner}: {REFUSED_RUNNERS[name]}; use one of {works}')
+    known = {n.lower().removesuffix('runner') for n in StandardOptions.KNOWN_RUNNER_NAMES}
+    if name not in known and '.' not in runner:
+        raise ValueError(f'--runner {runner!r} is not a Beam runner; ragsieve runs on {works}')

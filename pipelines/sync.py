@@ -13,15 +13,12 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
 from transforms.sync import store as stores
 from transforms.sync.sync import DEFAULT_BATCH_ROWS, Report, SyncError, sync_run
 
 LOG = logging.getLogger('ragsieve.sync')
-
-# Exit statuses besides 0 (synced, or no drift) and 2 (bad settings).
-DRIFT = 3
-FAILED = 4
 
 
 class DriftFound(Exception):
@@ -33,7 +30,7 @@ class DriftFound(Exception):
 class SyncFailed(Exception):
     """A batch failed after its retries: the store is behind, its marker unchanged."""
 
-    exit_code = FAILED
+    exit_code = SYNC_FAILED
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,9 +7,11 @@ made by the tests themselves (no binary fixtures).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import io
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -239,6 +241,23 @@ def rows(n_docs=20, per_doc=3):
             for d in range(n_docs) for i in reversed(range(per_doc))]
 
 
+def write_tiny_build(directory: Path, with_documents: bool = True, manifest: bool = False) -> Path:
+    """The tables a change report reads (chunks/, dropped/ and documents/) of a one-chunk build."""
+    from transforms.output.writers import write_parts
+
+    chunk = {name: None for name in tables.CHUNK_SCHEMA.names}
+    chunk.update(chunk_id='a#0', doc_id='a', chunk_index=0, text='a text')
+    write_parts([chunk], tables.CHUNKS_TABLE, str(directory / tables.CHUNKS_DIR), 2)
+    write_parts([], tables.DROPPED_TABLE, str(directory / tables.DROPPED_DIR), 2)
+    if with_documents:
+        document = {name: None for name in tables.DOCUMENT_SCHEMA.names}
+        document.update(doc_id='a', text_key='k')
+        write_parts([document], tables.DOCUMENTS_TABLE, str(directory / tables.DOCUMENTS_DIR), 2)
+    if manifest:
+        (directory / tables.MANIFEST_FILE).write_text('{}')
+    return directory
+
+
 # --- evaluation chunks ---------------------------------------------------------------
 
 
@@ -441,3 +460,35 @@ def throwaway_postgres():
         subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-m', 'immediate', 'stop'],
                        capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+# --- a full disk -----------------------------------------------------------------------
+
+
+def full_disk_open(marker: str, real_open=builtins.open):
+    """An `open` for which every file opened for writing whose path holds `marker` is /dev/full.
+
+    Writing there fails as on a full disk, with the kernel's own ENOSPC (at
+    write or at close). Patch it over `builtins.open` and `io.open` (one
+    function): Beam's local filesystem and `storage.write_atomic` open files
+    through it. The subject of such a test is the error path, not the model.
+    """
+    def fake_open(file, mode='r', *args, **kwargs):
+        if (isinstance(file, (str, os.PathLike)) and marker in os.fspath(file)
+                and any(c in mode for c in 'wax')):
+            return real_open('/dev/full', mode.replace('x', 'w'), *args, **kwargs)
+        return real_open(file, mode, *args, **kwargs)
+    return fake_open
+
+
+def fill_disk(monkeypatch, marker: str) -> None:
+    """Makes writes to paths holding `marker` fail with ENOSPC for the rest of the test."""
+    fake = full_disk_open(marker)
+    monkeypatch.setattr(builtins, 'open', fake)
+    monkeypatch.setattr(io, 'open', fake)
+
+
+def main_on_full_disk(marker: str, argv) -> int:
+    """`ragsieve ARGV` with writes to paths holding `marker` failing with ENOSPC (in a fresh process)."""
+    from pipelines import cli
+
+    builtins.open = io.open = full_disk_open(marker)
+    return cli.main(list(argv))
