@@ -24,14 +24,30 @@ rules against spaCy's rule-based sentencizer on a labelled sample.
 
 Every span indexes its input (`text[start:end]` is the sentence, stripped),
 spans are in order and disjoint, and the cost is linear in the text.
+
+The coverage rule that deltas and the build's audit share lives here too: a
+sentence is *covered* when one sentence of the kept text holds at least
+`COVERAGE` (80%) of its word n-grams (n = 4, or the sentence's length when
+shorter) **and** every token of it that contains a digit. The digit clause
+is the justified addition to the 80% rule: in a sentence of 23 words or
+more, changing "Unicode 15.0.0" to "15.1.0" touches at most 4 of its
+4-grams, so the n-gram rule alone would call it covered and lose exactly
+the news.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
+
+from transforms.text import normalize_text
 
 Span = tuple[int, int]
+
+NGRAM = 4
+COVERAGE = 0.8
 
 # A soft break needs the line to reach this share of the block's widest line
 # (or the next word not to fit): ragged right margins (hand-wrapped mail,
@@ -50,6 +66,9 @@ _END = re.compile(r'[.!?]+["\'\u201d\u2019)\]]*(\s+)')
 _NO_END = frozenset({'mr', 'mrs', 'ms', 'dr', 'prof', 'sr', 'jr', 'st', 'vs', 'cf', 'fig', 'figs', 'eq',
                      'e.g', 'i.e', 'al', 'approx'})
 _OPENERS = '([{"\'\u201c\u2018'
+
+# Words and numbers; "15.1.0" and "utf-8" stay one token, so a changed version is one changed token.
+_TOKEN = re.compile(r'\w(?:[\w.\-]*\w)?')
 
 BLANK, FENCE, CODE, HEADING, TABLE, ITEM, QUOTE, PROSE = 'blank fence code heading table item quote prose'.split()
 # Kinds that a following prose line may continue: a wrapped paragraph, list item or quote.
@@ -184,3 +203,109 @@ def sentence_spans(text: str) -> list[Span]:
                 s += len(piece) - len(piece.lstrip())
                 out.append((s, s + len(stripped)))
     return out
+
+
+class DocumentSentences:
+    """A document's sentences, indexed so that those of any chunk of it are found in O(log n).
+
+    A chunk is segmented with its document's sentences, not alone: alone, a
+    chunk that starts inside a wrapped line, inside a fence or next to wider
+    lines is read without the context that decides its boundaries.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.spans = sentence_spans(text)
+        self._starts = [s for s, _ in self.spans]
+        self._ends = [e for _, e in self.spans]
+
+    def around(self, at: int) -> Optional[Span]:
+        """The sentence that offset `at` falls strictly inside, or None."""
+        i = bisect.bisect_right(self._starts, at - 1) - 1
+        return self.spans[i] if i >= 0 and self.spans[i][0] < at < self.spans[i][1] else None
+
+    def clip(self, start: int, end: int) -> tuple[list[Span], bool, bool]:
+        """The sentences a chunk `[start, end)` holds.
+
+        Returns:
+          `(spans, cut_start, cut_end)`: the sentences overlapping the chunk,
+          clipped to it, as offsets into the chunk's text; whether the first
+          one starts before the chunk, and whether the last one ends after it.
+        """
+        out = []
+        cut_start = cut_end = False
+        i = bisect.bisect_right(self._ends, start)
+        while i < len(self.spans) and self.spans[i][0] < end:
+            s, e = self.spans[i]
+            cut_start = cut_start or s < start
+            cut_end = e > end
+            out.append((max(s, start) - start, min(e, end) - start))
+            i += 1
+        return out, cut_start, cut_end
+
+
+def tokens(text: str) -> list[str]:
+    """Normalized word tokens (NFKC, casefolded; see `text.normalize_text`)."""
+    return _TOKEN.findall(normalize_text(text))
+
+
+def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptText:
+    """The sentences of a kept chunk as the coverage rule reads them.
+
+    Attributes:
+      whole: Tokens of each sentence the chunk holds whole.
+      cut: Tokens of its first or last sentence when the chunker cut it
+        there (the chunk starts or ends inside a sentence of its document):
+        the rest of that sentence may be in no kept chunk, so it covers
+        only a sentence whose n-grams it holds all of.
+    """
+
+    whole: tuple[tuple[str, ...], ...]
+    cut: tuple[tuple[str, ...], ...] = ()
+
+    @classmethod
+    def of(cls, text: str, cut_start: bool = False, cut_end: bool = False,
+           spans: Optional[Sequence[Span]] = None) -> KeptText:
+        """The sentences of a kept chunk's `text`.
+
+        Args:
+          text: The chunk's text.
+          cut_start: Whether its document's sentence goes on before the chunk.
+          cut_end: Whether it goes on after the chunk.
+          spans: The sentences, as offsets into `text` (`DocumentSentences.clip`);
+            by default those of the text alone.
+        """
+        spans = sentence_spans(text) if spans is None else spans
+        sentences = [tuple(tokens(text[s:e])) for s, e in spans]
+        cut = {i for i, is_cut in ((0, cut_start), (len(sentences) - 1, cut_end)) if is_cut and sentences}
+        return cls(tuple(t for i, t in enumerate(sentences) if i not in cut),
+                   tuple(t for i, t in enumerate(sentences) if i in cut))
+
+
+def is_covered(sentence: Sequence[str], kept: KeptText) -> bool:
+    """Whether a kept sentence holds >= COVERAGE (a cut one: all) of `sentence`'s n-grams and its digit tokens.
+
+    Args:
+      sentence: Tokens of one sentence of a dropped chunk (`tokens`).
+      kept: The sentences of the text that stays.
+
+    Returns:
+      True when nothing of the sentence is news; always for a sentence without tokens.
+    """
+    if not sentence:
+        return True
+    n = min(NGRAM, len(sentence))
+    grams = _ngrams(sentence, n)
+    numbers = {t for t in sentence if any(ch.isdigit() for ch in t)}
+    for share, others in ((COVERAGE, kept.whole), (1.0, kept.cut)):
+        for other in others:
+            if len(other) < n or not numbers <= set(other):
+                continue
+            if len(grams & _ngrams(other, n)) >= share * len(grams):
+                return True
+    return False

@@ -2,7 +2,7 @@
 
 import pytest
 
-from transforms.lineage.sentences import block_spans, line_kinds, sentence_spans, soft_break
+from transforms.lineage.sentences import DocumentSentences, block_spans, line_kinds, sentence_spans, soft_break
 
 WRAPPED = (
     'This release follows the Unicode Standard, version 15.1.0, for every\n'
@@ -102,3 +102,19 @@ def test_spans_are_exact_and_linear_on_any_input():
     assert len(spans) == 200 * 4
     assert all(text[s:e].strip() == text[s:e] for s, e in spans)
     assert block_spans('a\n\nb') == [(0, 1), (3, 4)]
+
+
+def test_a_chunk_is_read_with_its_documents_sentences():
+    document = DocumentSentences('Intro line.\n\n```\nx = 1\ny = 2\n```\n\n' + WRAPPED)
+    text = document.text
+    # A chunk starting inside the fence still reads its lines as code; one cut inside a sentence says so.
+    start = text.index('y = 2')
+    end = text.index('identifier') + 10
+    spans, cut_start, cut_end = document.clip(start, end)
+    chunk = text[start:end]
+    assert [chunk[s:e] for s, e in spans] == ['y = 2', '```', chunk[chunk.index('This release'):]]
+    assert chunk.endswith('listing all valid\nidentifier')
+    assert (cut_start, cut_end) == (False, True)
+    assert document.clip(text.index('= 1'), text.index('= 1') + 3) == ([(0, 3)], True, False)
+    assert document.around(text.index('= 1')) == (text.index('x = 1'), text.index('x = 1') + 5)
+    assert document.around(0) is None
