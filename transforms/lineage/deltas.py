@@ -176,6 +176,8 @@ def delta_chunks(duplicate: Duplicate, kept: KeptText) -> list[Chunk]:
       n_tokens 0 until `EmbedDeltas`.
     """
     chunk = duplicate.dropped.chunk
+    if kept.holds(chunk.content_hash):
+        return []
     out = []
     for k, (s, e) in enumerate(novel_spans(chunk.text, kept, duplicate.sentence_spans())):
         before = duplicate.before if s == 0 else ''

@@ -2,7 +2,8 @@
 
 Every dropped chunk with a keeper (a duplicate of any filter, whose chain
 ends at a kept chunk) is checked sentence by sentence against the kept chunk
-that represents it, with the deltas' own rule (`sentences.is_covered`). A
+that represents it, with the deltas' own rule (`sentences.is_covered`; a
+copy of its text is covered whole). A
 sentence that it does not cover is carried when it lies inside one of the
 chunk's own deltas, or when a delta against the same kept chunk holds a
 sentence of the same normalized text (a copy of another release's news);
@@ -85,6 +86,7 @@ def uncovered_sentences(
     """
     chunk = duplicate.dropped.chunk
     carried = [(d.char_start, d.char_end) for d in own_deltas]
+    copy = kept.holds(chunk.content_hash)
     checked, lost = 0, []
     for s, e in duplicate.sentence_spans():
         words = tokens(chunk.text[s:e])
@@ -92,7 +94,7 @@ def uncovered_sentences(
             continue
         checked += 1
         start, end = chunk.char_start + s, chunk.char_start + e
-        if is_covered(words, kept) or any(a <= start and end <= b for a, b in carried):
+        if copy or is_covered(words, kept) or any(a <= start and end <= b for a, b in carried):
             continue
         lost.append(Loss(chunk.doc_id, start, chunk.chunk_id, duplicate.keeper, duplicate.dropped.reason,
                          chunk.text[s:e]))

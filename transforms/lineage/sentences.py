@@ -42,7 +42,7 @@ import dataclasses
 import re
 from typing import Iterator, Optional, Sequence
 
-from transforms.text import normalize_text
+from transforms.text import content_hash, normalize_text
 
 Span = tuple[int, int]
 
@@ -263,10 +263,12 @@ class KeptText:
         there (the chunk starts or ends inside a sentence of its document):
         the rest of that sentence may be in no kept chunk, so it covers
         only a sentence whose n-grams it holds all of.
+      content_hash: `text.content_hash` of its text.
     """
 
     whole: tuple[tuple[str, ...], ...]
     cut: tuple[tuple[str, ...], ...] = ()
+    content_hash: Optional[str] = None
 
     @classmethod
     def of(cls, text: str, cut_start: bool = False, cut_end: bool = False,
@@ -284,7 +286,15 @@ class KeptText:
         sentences = [tuple(tokens(text[s:e])) for s, e in spans]
         cut = {i for i, is_cut in ((0, cut_start), (len(sentences) - 1, cut_end)) if is_cut and sentences}
         return cls(tuple(t for i, t in enumerate(sentences) if i not in cut),
-                   tuple(t for i, t in enumerate(sentences) if i in cut))
+                   tuple(t for i, t in enumerate(sentences) if i in cut), content_hash(text))
+
+    def holds(self, text_hash: str) -> bool:
+        """Whether the kept chunk's normalized text is the one of `text_hash` (`text.content_hash`).
+
+        A copy is covered whole, whatever its document's context makes of
+        its sentences: an exact copy of a kept chunk never gives a delta.
+        """
+        return text_hash == self.content_hash
 
 
 def is_covered(sentence: Sequence[str], kept: KeptText) -> bool:

@@ -45,6 +45,9 @@ def test_a_changed_version_in_a_wrapped_paragraph_gives_its_whole_sentence():
     # The change is on the second line of a sentence wrapped over four: the delta is the sentence, subject included.
     assert deltas_of(NEW, OLD) == [WRAPPED_SENTENCE, CODE_DELTA]
     assert deltas_of(OLD, OLD) == []
+    # A copy (same normalized text) is covered whole, whatever its document makes of its sentences.
+    rewrapped = OLD.replace('for\nevery character', 'for every\ncharacter')
+    assert delta_chunks(duplicate('v3', rewrapped, reason='exact'), KeptText.of(OLD, spans=[(0, 3)])) == []
 
 
 def test_a_changed_number_is_news_even_in_a_long_sentence():

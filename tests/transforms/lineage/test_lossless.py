@@ -72,3 +72,13 @@ def test_the_audit_is_written_once_even_for_no_tallies(tmp_path):
         assert written == json.loads((directory / AUDIT_FILE).read_text())
         expected = merge_tallies(tallies)
         assert written == report(expected) and written['sentences_checked'] == sum(t.sentences_checked for t in tallies)
+
+
+def test_a_copy_of_the_kept_text_is_covered_whole():
+    # Its own document may cut it into other sentences (here: one span of three characters, a fake
+    # context): the same normalized text loses nothing whatever the spans say.
+    rewrapped = wrapped_release('15.0.0').replace('for\nevery character', 'for every\ncharacter')
+    copy = Duplicate(Dropped(make('v3', 0, rewrapped), 'exact', 'v1#0', 1.0), 'v1#0', sentences=((0, 3),))
+    assert uncovered_sentences(copy, KeptText.of(wrapped_release('15.0.0'), spans=[(0, 3)]), []) == (1, [])
+    # Another kept text does not cover it.
+    assert uncovered_sentences(copy, KeptText((('x',),)), []) == (1, [Loss('v3', 0, 'v3#0', 'v1#0', 'exact', 'The')])
