@@ -33,7 +33,7 @@ from transforms.features.cache_settings import cache_specs
 from transforms.features.embedding import SharedModel
 from transforms.ingest import read
 from transforms.ingest.listing import check_input, input_bytes
-from transforms.lineage import represents
+from transforms.lineage import lossless, represents
 from transforms.output import changes, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
 from transforms.types import Chunk, Dropped
@@ -83,9 +83,12 @@ def build_pipeline(
         _ = ((kept, filtered['dropped'] | 'DroppedChunks' >> beam.Map(dropped_chunk))
              | 'FilteredChunks' >> beam.Flatten()
              | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache))
-    kept = {'chunks': chunks, 'kept': kept, 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
-        represents.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
-                                config.filters.semantic_deltas, model, config.embedding))
+    traced = {'documents': inputs['documents'], 'kept': kept, 'dropped': filtered['dropped']} | (
+        'TraceDuplicates' >> represents.TraceDuplicates(
+            len(config.filters.specs), config.filters.deltas, config.filters.semantic_deltas, model,
+            config.embedding))
+    kept = traced['chunks']
+    _ = traced['tallies'] | 'WriteLosslessAudit' >> lossless.WriteLosslessAudit(output)
     _ = {
         'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
@@ -278,6 +281,8 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     publish.checkpoint('after_pipeline')
     manifest = make_manifest(
         config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started)
+    # The audit reached the launcher through this file; the manifest is its one home now.
+    FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)

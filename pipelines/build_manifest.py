@@ -1,7 +1,8 @@
 """What describes a finished build: its manifest, diff.json and summary.
 
-`make_manifest` reads a run's tables and counters into manifest.json (config,
-versions, counts, filters, lineage, cache use, time per stage),
+`make_manifest` reads a run's tables, counters and lossless audit into
+manifest.json (config, versions, counts, filters, lineage, lossless, cache
+use, time per stage),
 `previous_build` picks the build a run replaces, readable, and
 `change_report` compares the run with it (`DIFF_FILE`),
 and `summary` and `log_filters` tell the terminal; `Target` is where a run
@@ -21,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.build_options import BuildConfig
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.features import kernels
-from transforms.lineage import represents
+from transforms.lineage import lossless, represents
 from transforms.output import changes, snapshots, tables
 from transforms.types import DELTA
 
@@ -164,6 +165,7 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
         counters[key] = counters.get(key, 0) + r.committed
     resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
     reasons = [d['reason'] for d in dropped]
+    lineage = represents.report(chunk_rows, dropped)
     filters = []
     for i, spec in enumerate(config.filters.specs):
         ns = counter_namespace(i, spec.name)
@@ -221,7 +223,10 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
         'filters': filters,
-        'lineage': represents.report(chunk_rows, dropped),
+        'lineage': lineage,
+        # What the dropped duplicates' sentences lost (lineage.lossless); drops without a keeper are not checked.
+        'lossless': {**lossless.read_report(target.directory),
+                     'chunks_without_keeper': sum(d['duplicate_of'] is None for d in dropped) + lineage['orphans']},
         'cache': cache_use,
         'warnings': {
             'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),

@@ -118,8 +118,9 @@ class BuildIndexOptions(PipelineOptions):
                                  'two chunks whose documents differ on one of them; a missing key is '
                                  'a value of its own. Default: none (one corpus).')
         parser.add_argument('--deltas', type=str, default='on', choices=list(ON_OFF),
-                            help='on: sentences of a near-duplicate (minhash, intra_doc_near) that its '
-                                 'keeper lacks stay in the index as delta chunks; off: dropped with it.')
+                            help='on: sentences of a copy or near-copy (exact, minhash, intra_doc_near) '
+                                 'that the kept chunk representing it lacks stay in the index as delta '
+                                 'chunks; off: dropped with it (manifest.json\'s lossless counts them).')
         parser.add_argument('--semantic_deltas', type=str, default='off', choices=list(ON_OFF),
                             help='on: deltas also for similarity* drops (needs --deltas on).')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,

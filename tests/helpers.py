@@ -90,6 +90,34 @@ OTHER = (
 )
 BOILERPLATE = 'Contact us at info@example.com for more information.'
 
+# A release page hard-wrapped at ~75 characters, as plain-text docs are: its version number sits
+# on the second line of a wrapped sentence, and a bullet list and an indented code block follow.
+WRAPPED_RELEASE = (
+    'The text module of the standard library follows the Unicode Standard for\n'
+    'every character property it reports. A non-normative HTML file listing all\n'
+    'valid identifier characters for Unicode {unicode} can be found at\n'
+    'https://www.unicode.org/Public/{unicode}/ucd/DerivedCoreProperties.html, and\n'
+    'normalization is implemented exactly as the standard annex specifies.\n'
+    '\n'
+    'Changes in this release:\n'
+    '- Grapheme cluster boundaries follow the extended rules of the segmentation\n'
+    '  annex, so an emoji with a skin tone modifier is one cluster.\n'
+    '- East Asian width values come from the data file shipped with the standard.\n'
+    '{bullet}'
+    '\n'
+    'A session shows the version it was built with:\n'
+    '\n'
+    '    >>> import unicodedata\n'
+    '    >>> unicodedata.unidata_version\n'
+    "    '{unicode}'\n"
+)
+NEW_BULLET = '- Bidirectional text is reordered by the paragraph level algorithm.\n'
+
+
+def wrapped_release(unicode: str = '15.0.0', bullet: bool = False) -> str:
+    """The hard-wrapped release page for one Unicode version, with the new bullet or not."""
+    return WRAPPED_RELEASE.format(unicode=unicode, bullet=NEW_BULLET if bullet else '')
+
 
 def unit(*values):
     v = np.asarray(values, dtype=np.float32)

@@ -59,7 +59,7 @@ CHUNK_SCHEMA = pa.schema(
         ('entities', pa.list_(pa.string())),
         ('topic', pa.int32()),
         ('salience', pa.float32()),
-        # 'chunk', or 'delta': novel sentences of a near-duplicate (transforms/lineage/deltas.py).
+        # 'chunk', or 'delta': novel sentences of a dropped duplicate (transforms/lineage/deltas.py).
         ('kind', pa.string()),
         # For a delta, the kept chunk representing the chunk it comes from.
         ('delta_of', pa.string()),
@@ -118,7 +118,7 @@ COLUMN_DOCS = {
         'entities': '`LABEL:text` names, when a filter needed entities; else null',
         'topic': 'KMeans topic, when a `*_topics` filter ran; else null',
         'salience': 'cosine to the document\'s mean embedding after boosts, when `intra_doc` ran',
-        'kind': '`chunk`, or `delta`: sentences of a near-duplicate its keeper lacks',
+        'kind': '`chunk`, or `delta`: whole sentences of a dropped duplicate that the kept chunk lacks',
         'delta_of': 'for a delta, the kept chunk that represents the chunk it comes from',
         'represents': '`{chunk_id, doc_id}` of every chunk dropped as its duplicate, through the whole cascade',
     },
