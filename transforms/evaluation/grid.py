@@ -29,6 +29,10 @@ DEFAULT_FILTERS = (
 
 NONE = 'none'
 CASCADE = 'cascade'
+# Joins the steps of one grid row run in sequence: `cascade+covered`.
+THEN = '+'
+# Ends a row whose hits come back with the covered chunks they hold (`query.expand`).
+EXPAND = ':expand'
 
 # Row names of the study's tables.
 METHOD_NAMES = {
@@ -45,37 +49,58 @@ class GridFilter:
     Attributes:
       name: `none`, `cascade` or a filter of the registry (`dedup.registry`).
       specs: The filters run in order (empty for `none`).
+      expand: Each hit is returned with the spans of the covered chunks it
+        holds (`query.expand`), as the name's `:expand` says.
     """
 
     name: str
     specs: tuple[FilterSpec, ...]
+    expand: bool = False
 
     @property
     def method(self) -> str:
-        """The study's name of the method."""
-        return METHOD_NAMES[self.name]
+        """The study's name of the method; a sequence names its steps (`..., then Covered`)."""
+        steps = self.name.removesuffix(EXPAND).split(THEN)
+        method = ', then '.join(METHOD_NAMES[step.partition('@')[0]] for step in steps)
+        return method + (', hits expanded' if self.expand else '')
 
     @property
     def threshold(self) -> Optional[float]:
-        """The filter's threshold; None for `none`, `cascade` and filters without one."""
-        if self.name in (NONE, CASCADE):
+        """The filter's threshold; None for `none`, `cascade`, sequences and filters without one."""
+        if self.name.removesuffix(EXPAND) in (NONE, CASCADE) or THEN in self.name:
             return None
         return self.specs[0].threshold
 
 
 def parse_filter_grid(spec: str) -> list[GridFilter]:
-    """Parses `none,exact,minhash@0.8,...`: each item is scored on its own.
+    """Parses `none,exact,minhash@0.8,cascade+covered,...`: each item is scored on its own.
+
+    An item of steps joined by `+` runs them in that order, as `--filter`
+    runs a comma-separated list (`cascade+covered`: the cascade, then
+    `covered` on what it kept); its name keeps the steps' thresholds. An
+    item ending in `:expand` returns each hit with the covered chunks it
+    holds (`covered:expand`); it needs `covered` among its steps.
 
     Raises:
-      ValueError: For an unknown or repeated item or a bad threshold.
+      ValueError: For an unknown or repeated item, a bad threshold or `none` in a sequence.
     """
     out = []
     for item in (i.strip() for i in spec.split(',')):
         if not item:
             raise ValueError(f'empty filter in {spec!r}')
-        name = item.partition('@')[0].strip()
-        # parse_filters validates names and thresholds, and expands `cascade`.
-        out.append(GridFilter(name, tuple(parse_filters(item))))
+        expand = item.endswith(EXPAND)
+        steps = [s.strip() for s in item.removesuffix(EXPAND).split(THEN)]
+        if len(steps) > 1:
+            if NONE in steps or not all(steps):
+                raise ValueError(f'a sequence joins filters with {THEN!r}, got {item!r}')
+            name = THEN.join(steps)
+        else:
+            name = steps[0].partition('@')[0].strip()
+        # parse_filters validates names and thresholds, expands `cascade` and refuses repeats.
+        specs = tuple(parse_filters(','.join(steps)))
+        if expand and 'covered' not in [s.name for s in specs]:
+            raise ValueError(f'{EXPAND} expands hits by the chunks covered holds, so {item!r} needs covered')
+        out.append(GridFilter(name + (EXPAND if expand else ''), specs, expand))
     keys = [(g.name, g.threshold) for g in out]
     repeated = sorted({f'{n}@{t}' for n, t in keys if keys.count((n, t)) > 1})
     if repeated:
