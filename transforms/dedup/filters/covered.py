@@ -95,7 +95,7 @@ def covered(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
     Each dropped chunk names as `duplicate_of` the kept chunk whose span
     holds most of its characters (ties: the earlier one), with that share as
     its score: `covered_whole` (score 1.0) when the keeper's span contains
-    it, `covered_split` when the rest of it is in the next kept chunk(s).
+    it, `covered_split` when the rest of it is in its other kept neighbour(s).
     Every non-whitespace character of a dropped chunk is in a kept chunk of
     the same document, so no sentence of it is lost, though one it held
     whole may now be split across two kept chunks. A chunk that shares no
@@ -161,5 +161,5 @@ FILTER = FilterDef(
     removes='within each document: every chunk whose characters the other kept chunks\' spans '
             'already hold (whitespace aside): a minimum cover of the document\'s chunks is kept '
             '(greedy by offsets, exact); `duplicate_of` is the kept chunk holding most of it '
-            '(`covered_whole`: all of it, `covered_split`: shared with the next kept chunk)',
+            '(`covered_whole`: all of it; `covered_split`: the rest in its other kept neighbour)',
     default=None, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=doc_id_of)
