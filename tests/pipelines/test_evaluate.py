@@ -60,7 +60,7 @@ def test_end_to_end_chroma(tmp_path, embedding_model):
 def test_covered_rows_and_hits_expanded_at_query_time(tmp_path, embedding_model):
     out = tmp_path / 'out'
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out), '--chunkers', 'fixed:40:20',
-            '--filters', 'none,covered,covered:expand,cascade+covered', '--max_questions', '8',
+            '--filters', 'none,covered,covered:expand,covered:pool,cascade+covered', '--max_questions', '8',
             '--variants', 'raw', '--no_progress']
     evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
     with (out / 'results.csv').open() as f:
@@ -77,6 +77,7 @@ def test_covered_rows_and_hits_expanded_at_query_time(tmp_path, embedding_model)
         assert float(expanded[metric]) >= float(covered[metric])
     assert float(expanded['char_precision']) <= float(covered['char_precision'])
     assert float(covered['oracle']) == pytest.approx(float(expanded['oracle']))
+    assert rows['covered:pool']['method'] == 'Covered, vectors pooled' and rows['covered:pool']['kept'] == covered['kept']
 
 
 def test_a_second_run_reuses_the_cached_features(tmp_path, embedding_model):

@@ -10,6 +10,7 @@ import numpy as np
 
 from transforms.chunking.chunkers import ChunkerConfig
 from transforms.dedup.config import FilterConfig, FilterSpec
+from transforms.dedup.filters.covered import pooled_vectors
 from transforms.dedup.in_memory import apply_filter
 from transforms.evaluation import metrics
 from transforms.evaluation.datasets import Question
@@ -123,9 +124,11 @@ def evaluate_chunker(
         started = time.perf_counter()
         kept_ids = {c.chunk_id for c in kept_chunks}
         kept = np.array([c.chunk_id in kept_ids for c in chunks], dtype=bool)
-        retrieved = retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors)
+        held = held_rows(chunks, dropped) if grid.modifiers else {}
+        index_vectors = pooled_vectors(vectors, held) if grid.pool else vectors
+        retrieved = retrieve(config, chunks, kept_chunks, kept, index_vectors, questions, query_vectors)
         # An expanded hit scores as its grown span: its row and the rows it holds.
-        held = held_rows(chunks, dropped) if grid.expand else {}
+        held = held if grid.expand else {}
         char = [metrics.retrieved_char_scores(q.references, q.doc_id, hit_spans(hits, chunks, held))
                 for q, hits in zip(questions, retrieved)]
         retrieved = [list(hits) + [h for r in hits for h in held.get(r, ())] for hits in retrieved]

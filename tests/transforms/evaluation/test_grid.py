@@ -41,7 +41,11 @@ def test_a_grid_row_can_run_filters_in_sequence():
     assert (expanded.name, expanded.method, expanded.expand) == (
         'cascade+covered:expand', 'Cascade (exact, minhash, intra_doc), then Covered, hits expanded', True)
     assert not grid[0].expand
-    for bad in ('none+covered', 'covered+', 'exact+cascade', 'covered+covered', 'cascade:expand'):
+    [both] = eval_grid.parse_filter_grid('covered:pool:expand')
+    assert (both.method, both.pool, both.expand, both.threshold) == (
+        'Covered, vectors pooled, hits expanded', True, True, None)
+    for bad in ('none+covered', 'covered+', 'exact+cascade', 'covered+covered', 'cascade:expand',
+                'covered:expand:pool'):
         with pytest.raises(ValueError):
             eval_grid.parse_filter_grid(bad)
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import bisect
 import collections
 import re
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from transforms.dedup.keep import keep_order_key, kept_and_dropped
 from transforms.dedup.registry import GROUPED, FilterDef
+from transforms.features.embedding import unit_rows
 from transforms.types import Chunk, Dropped
 
 # Drop reasons: the dropped chunk lies inside its keeper's span (retrieving
@@ -137,6 +140,26 @@ def covered(chunks: Sequence[Chunk]) -> tuple[list[Chunk], list[Dropped]]:
         reason = COVERED_WHOLE if most == length else COVERED_SPLIT
         dropped[i] = Dropped(chunk, reason, chunks[holder].chunk_id, most / length)
     return kept_and_dropped(chunks, dropped)
+
+
+def pooled_vectors(vectors: np.ndarray, held: Mapping[int, Sequence[int]]) -> np.ndarray:
+    """The vectors with each keeper's row the unit mean of its own and those of the covered chunks it holds.
+
+    A kept chunk longer than the model's input is embedded from its start
+    only, so the covered chunk that began inside it was the one vector of
+    its tail; pooling puts that vector into the keeper's, adding no row.
+
+    Args:
+      vectors: `(n, dim)` unit rows, one per chunk.
+      held: `{keeper row: rows of the covered chunks it holds}`.
+
+    Returns:
+      A new `(n, dim)` float32 array.
+    """
+    out = np.array(vectors, dtype=np.float32)
+    for keeper, rows in held.items():
+        out[keeper] = unit_rows(vectors[[keeper, *rows]].mean(axis=0, keepdims=True))[0]
+    return out
 
 
 def doc_id_of(chunk) -> str:

@@ -9,13 +9,14 @@ import dataclasses
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from tests.helpers import ORBITS, PASTA, expect, run_filter
 from transforms.chunking.chunk_documents import chunks_of_spans
 from transforms.chunking.chunkers import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.dedup.config import FilterConfig, FilterSpec
-from transforms.dedup.filters.covered import COVERED_SPLIT, COVERED_WHOLE, covered, minimum_cover
+from transforms.dedup.filters.covered import COVERED_SPLIT, COVERED_WHOLE, covered, minimum_cover, pooled_vectors
 from transforms.dedup.in_memory import apply_filter
 from transforms.dedup.stages import filter_transform
 from transforms.lineage.deltas import sentence_spans
@@ -145,3 +146,11 @@ def test_the_build_stage_decides_as_the_pure_decision():
     expected = apply_filter(chunks, FilterSpec('covered'), FilterConfig())
     assert len(expected[1]) == 6
     run_filter(chunks[::-1], filter_transform(0, FilterSpec('covered'), FilterConfig()))(*expect(expected))
+
+
+def test_pooled_vectors_put_the_covered_chunks_into_their_keeper_and_add_no_row():
+    vectors = np.eye(4, dtype=np.float32)
+    pooled = pooled_vectors(vectors, {0: [1], 2: [3, 1]})
+    assert pooled.shape == (4, 4) and np.allclose(np.linalg.norm(pooled, axis=1), 1.0)
+    assert np.allclose(pooled[0], [2 ** -0.5, 2 ** -0.5, 0, 0]) and np.allclose(pooled[2], np.array([0, 1, 1, 1]) / 3 ** 0.5)
+    assert np.array_equal(pooled[[1, 3]], vectors[[1, 3]]) and np.array_equal(vectors, np.eye(4))
