@@ -255,7 +255,9 @@ def parser() -> argparse.ArgumentParser:
                              '(e.g. semantic_breakpoint:200:0:window=3).')
     parser.add_argument('--filters', type=str, default=DEFAULT_FILTERS,
                         help='Comma-separated grid, each scored alone: none, cascade, NAME or '
-                             f'NAME@THRESHOLD with NAME one of {sorted(registry.names())}.')
+                             f'NAME@THRESHOLD with NAME one of {sorted(registry.names())}; steps joined '
+                             'by + run in sequence (cascade+covered); a row ending in :expand returns '
+                             'each hit with the covered chunks it holds (covered:expand).')
     parser.add_argument('--k', type=int, default=5, help='Chunks retrieved per question.')
     parser.add_argument('--max_questions', type=int, default=None,
                         help='Score a deterministic sample of this many questions (default: all).')

@@ -57,6 +57,29 @@ def test_end_to_end_chroma(tmp_path, embedding_model):
         'recursive_40_10', 'fixed_32_0'}
 
 
+def test_covered_rows_and_hits_expanded_at_query_time(tmp_path, embedding_model):
+    out = tmp_path / 'out'
+    argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out), '--chunkers', 'fixed:40:20',
+            '--filters', 'none,covered,covered:expand,covered:pool,cascade+covered', '--max_questions', '8',
+            '--variants', 'raw', '--no_progress']
+    evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    with (out / 'results.csv').open() as f:
+        rows = {r['filter']: r for r in csv.DictReader(f)}
+    assert [rows[n]['method'] for n in ('covered:expand', 'cascade+covered')] == [
+        'Covered, hits expanded', 'Cascade (exact, minhash, intra_doc), then Covered']
+    none, covered, expanded = rows['none'], rows['covered'], rows['covered:expand']
+    # Windows of 40 tokens every 20: every other one is covered by its neighbours.
+    assert int(covered['kept']) <= int(none['kept']) // 2 + 5
+    assert covered['kept'] == expanded['kept'] and float(rows['cascade+covered']['reduction']) >= float(
+        covered['reduction'])
+    # The same hits, returned with the covered chunks they hold: more text, never less of the answer.
+    for metric in ('recall', 'char_recall'):
+        assert float(expanded[metric]) >= float(covered[metric])
+    assert float(expanded['char_precision']) <= float(covered['char_precision'])
+    assert float(covered['oracle']) == pytest.approx(float(expanded['oracle']))
+    assert rows['covered:pool']['method'] == 'Covered, vectors pooled' and rows['covered:pool']['kept'] == covered['kept']
+
+
 def test_a_second_run_reuses_the_cached_features(tmp_path, embedding_model):
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--chunkers', 'recursive:40:10,cluster_semantic:64',
             '--filters', 'none,ner_exact', '--max_questions', '4', '--variants', 'raw', '--no_progress',

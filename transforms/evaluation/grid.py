@@ -29,6 +29,14 @@ DEFAULT_FILTERS = (
 
 NONE = 'none'
 CASCADE = 'cascade'
+# Joins the steps of one grid row run in sequence: `cascade+covered`.
+THEN = '+'
+# Suffixes of a row with `covered` among its steps, and the words they add to its method:
+# `:pool` indexes each kept chunk with the mean vector of itself and the covered chunks it
+# holds (`covered.pooled_vectors`); `:expand` returns each hit with their spans (`query.expand`).
+POOL = ':pool'
+EXPAND = ':expand'
+MODIFIERS = {POOL: 'vectors pooled', EXPAND: 'hits expanded'}
 
 # Row names of the study's tables.
 METHOD_NAMES = {
@@ -45,37 +53,72 @@ class GridFilter:
     Attributes:
       name: `none`, `cascade` or a filter of the registry (`dedup.registry`).
       specs: The filters run in order (empty for `none`).
+      modifiers: Its suffixes among `MODIFIERS`, in `MODIFIERS` order, as its name ends.
     """
 
     name: str
     specs: tuple[FilterSpec, ...]
+    modifiers: tuple[str, ...] = ()
+
+    @property
+    def steps(self) -> list[str]:
+        """The name's steps, without its modifiers."""
+        return self.name.removesuffix(''.join(self.modifiers)).split(THEN)
+
+    @property
+    def expand(self) -> bool:
+        return EXPAND in self.modifiers
+
+    @property
+    def pool(self) -> bool:
+        return POOL in self.modifiers
 
     @property
     def method(self) -> str:
-        """The study's name of the method."""
-        return METHOD_NAMES[self.name]
+        """The study's name of the method; a sequence names its steps (`..., then Covered`)."""
+        method = ', then '.join(METHOD_NAMES[step.partition('@')[0]] for step in self.steps)
+        return ', '.join([method] + [MODIFIERS[m] for m in self.modifiers])
 
     @property
     def threshold(self) -> Optional[float]:
-        """The filter's threshold; None for `none`, `cascade` and filters without one."""
-        if self.name in (NONE, CASCADE):
+        """The filter's threshold; None for `none`, `cascade`, sequences and filters without one."""
+        if len(self.steps) > 1 or self.steps[0] in (NONE, CASCADE):
             return None
         return self.specs[0].threshold
 
 
 def parse_filter_grid(spec: str) -> list[GridFilter]:
-    """Parses `none,exact,minhash@0.8,...`: each item is scored on its own.
+    """Parses `none,exact,minhash@0.8,cascade+covered,...`: each item is scored on its own.
+
+    An item of steps joined by `+` runs them in that order, as `--filter`
+    runs a comma-separated list (`cascade+covered`: the cascade, then
+    `covered` on what it kept); its name keeps the steps' thresholds. An
+    item with `covered` among its steps may end in `MODIFIERS`
+    (`covered:pool:expand`).
 
     Raises:
-      ValueError: For an unknown or repeated item or a bad threshold.
+      ValueError: For an unknown or repeated item, a bad threshold or `none` in a sequence.
     """
     out = []
     for item in (i.strip() for i in spec.split(',')):
         if not item:
             raise ValueError(f'empty filter in {spec!r}')
-        name = item.partition('@')[0].strip()
-        # parse_filters validates names and thresholds, and expands `cascade`.
-        out.append(GridFilter(name, tuple(parse_filters(item))))
+        body, modifiers = item, []
+        for suffix in reversed(MODIFIERS):
+            if body.endswith(suffix):
+                body, modifiers = body.removesuffix(suffix), [suffix, *modifiers]
+        steps = [s.strip() for s in body.split(THEN)]
+        if len(steps) > 1:
+            if NONE in steps or not all(steps):
+                raise ValueError(f'a sequence joins filters with {THEN!r}, got {item!r}')
+            name = THEN.join(steps)
+        else:
+            name = steps[0].partition('@')[0].strip()
+        # parse_filters validates names and thresholds, expands `cascade` and refuses repeats.
+        specs = tuple(parse_filters(','.join(steps)))
+        if modifiers and 'covered' not in [s.name for s in specs]:
+            raise ValueError(f'{"".join(modifiers)} reads the chunks covered holds, so {item!r} needs covered')
+        out.append(GridFilter(name + ''.join(modifiers), specs, tuple(modifiers)))
     keys = [(g.name, g.threshold) for g in out]
     repeated = sorted({f'{n}@{t}' for n, t in keys if keys.count((n, t)) > 1})
     if repeated:

@@ -10,6 +10,7 @@ import numpy as np
 
 from transforms.chunking.chunkers import ChunkerConfig
 from transforms.dedup.config import FilterConfig, FilterSpec
+from transforms.dedup.filters.covered import pooled_vectors
 from transforms.dedup.in_memory import apply_filter
 from transforms.evaluation import metrics
 from transforms.evaluation.datasets import Question
@@ -23,8 +24,8 @@ from transforms.evaluation.grid import (
     grid_needs,
 )
 from transforms.evaluation.lemmas import LemmaTable
-from transforms.query import retrieval
-from transforms.types import Chunk, Document
+from transforms.query import expand, retrieval
+from transforms.types import Chunk, Document, Dropped
 
 LOG = logging.getLogger('ragsieve.evaluate')
 
@@ -41,10 +42,31 @@ def apply_filters(
 
     Kept chunks carry what the filters changed (intra_doc's boosted salience).
     """
-    kept = list(chunks)
+    return filter_in_order(chunks, specs, settings)[0]
+
+
+def filter_in_order(
+    chunks: Sequence[Chunk], specs: Sequence[FilterSpec], settings: FilterConfig
+) -> tuple[list[Chunk], list[Dropped]]:
+    """`apply_filters`, with every filter's dropped chunks too."""
+    kept, dropped = list(chunks), []
     for spec in specs:
-        kept, _ = apply_filter(kept, spec, settings)
-    return kept
+        kept, more = apply_filter(kept, spec, settings)
+        dropped.extend(more)
+    return kept, dropped
+
+
+def held_rows(chunks: Sequence[Chunk], dropped: Sequence[Dropped]) -> dict[int, list[int]]:
+    """`{row of a kept chunk: rows of the covered chunks it holds}` (`query.expand.covered_held`)."""
+    row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
+    return {row_of[k]: [row_of[c] for c in v] for k, v in expand.covered_held(dropped).items()}
+
+
+def hit_spans(hits: Sequence[int], chunks: Sequence[Chunk], held: dict[int, list[int]]) -> list[tuple[str, int, int]]:
+    """`(doc_id, start, end)` of each hit, grown by the covered chunks it holds (none without `held`)."""
+    return [(chunks[r].doc_id, *expand.expanded_span(
+        (chunks[r].char_start, chunks[r].char_end),
+        [(chunks[h].char_start, chunks[h].char_end) for h in held.get(r, ())])) for r in hits]
 
 
 def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors):
@@ -97,15 +119,19 @@ def evaluate_chunker(
     filter_seconds = evaluate_seconds = 0.0
     for grid in config.filters:
         started = time.perf_counter()
-        kept_chunks = apply_filters(chunks, grid.specs, FilterConfig(features=store.settings))
+        kept_chunks, dropped = filter_in_order(chunks, grid.specs, FilterConfig(features=store.settings))
         filter_seconds += time.perf_counter() - started
         started = time.perf_counter()
         kept_ids = {c.chunk_id for c in kept_chunks}
         kept = np.array([c.chunk_id in kept_ids for c in chunks], dtype=bool)
-        retrieved = retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors)
-        char = [metrics.retrieved_char_scores(
-            q.references, q.doc_id, [(chunks[r].doc_id, chunks[r].char_start, chunks[r].char_end) for r in hits])
-            for q, hits in zip(questions, retrieved)]
+        held = held_rows(chunks, dropped) if grid.modifiers else {}
+        index_vectors = pooled_vectors(vectors, held) if grid.pool else vectors
+        retrieved = retrieve(config, chunks, kept_chunks, kept, index_vectors, questions, query_vectors)
+        # An expanded hit scores as its grown span: its row and the rows it holds.
+        held = held if grid.expand else {}
+        char = [metrics.retrieved_char_scores(q.references, q.doc_id, hit_spans(hits, chunks, held))
+                for q, hits in zip(questions, retrieved)]
+        retrieved = [list(hits) + [h for r in hits for h in held.get(r, ())] for hits in retrieved]
         for variant in config.variants:
             token, oracle = tables[variant].scores(questions, retrieved, kept, config.k)
             rows.append({

@@ -217,3 +217,31 @@ def test_bad_filter_settings_fail_before_running(redundant_corpus, tmp_path, fla
     with pytest.raises(ValueError, match=message):
         build(redundant_corpus, tmp_path / 'out', *flags)
     assert not (tmp_path / 'out').exists()
+
+
+def test_covered_after_the_cascade_keeps_every_sentence_in_fewer_chunks(tmp_path):
+    """Overlapping windows (fixed 40/20): covered drops what the kept neighbours hold, nothing more."""
+    root = tmp_path / 'long'
+    root.mkdir()
+    (root / 'arsenal.md').write_text(' '.join([ARSENAL, ORBIT, BEES, VOLCANO]) + '\n')
+    (root / 'kitchen.md').write_text(PASTA_PARAGRAPH + ' ' + BEES + '\n')
+    (root / 'copy.md').write_text(BEES + '\n')
+    out = tmp_path / 'out'
+    manifest = build_index.run(['--input', str(root), '--output', str(out), '--chunker', 'fixed',
+                                '--chunk_size', '40', '--chunk_overlap', '20', '--filter', 'cascade,covered'])
+    chunks, dropped, index = read_outputs(out)
+    counts = manifest['counts']
+    assert manifest['lineage']['ok'] and counts['deltas'] == 0 and index.ntotal == len(chunks)
+    covered = [d for d in dropped if d['reason'].startswith('covered_')]
+    assert [f['name'] for f in manifest['filters']] == ['exact', 'minhash', 'intra_doc', 'covered']
+    assert len(covered) == manifest['filters'][3]['dropped'] >= counts['chunks_before_filters'] // 3
+    kept = {c['chunk_id']: c for c in chunks}
+    texts = {p.name: p.read_text() for p in root.iterdir()}
+    for d in covered:
+        keeper = kept[d['duplicate_of']]
+        assert keeper['doc_id'] == d['doc_id'] and {'chunk_id': d['chunk_id'], 'doc_id': d['doc_id']} in keeper[
+            'represents']
+        # Every character of it, whitespace aside, is in a kept chunk of its document.
+        held = {p for c in chunks if c['doc_id'] == d['doc_id'] for p in range(c['char_start'], c['char_end'])}
+        text = texts[d['doc_id']]
+        assert all(p in held for p in range(d['char_start'], d['char_end']) if not text[p].isspace())

@@ -12,7 +12,7 @@ from transforms.evaluation import grid as eval_grid
 def test_registry_holds_the_study_filters_in_table_order():
     assert registry.names() == [
         'exact', 'minhash', 'random', 'similarity', 'similarity_topics', 'similarity_ner',
-        'similarity_topics_ner', 'ner_exact', 'ner_half', 'intra_doc']
+        'similarity_topics_ner', 'ner_exact', 'ner_half', 'intra_doc', 'covered']
     assert registry.get('ner_exact').label == 'NER Exact'
     assert registry.needing('topics') == {'similarity_topics', 'similarity_topics_ner'}
 

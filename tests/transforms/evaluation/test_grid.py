@@ -28,6 +28,28 @@ def test_parse_filter_grid():
             eval_grid.parse_filter_grid(bad)
 
 
+def test_a_grid_row_can_run_filters_in_sequence():
+    grid = eval_grid.parse_filter_grid('cascade+covered,minhash@0.7+covered,covered')
+    assert [(g.name, g.method, g.threshold) for g in grid] == [
+        ('cascade+covered', 'Cascade (exact, minhash, intra_doc), then Covered', None),
+        ('minhash@0.7+covered', 'MinHash-LSH, then Covered', None),
+        ('covered', 'Covered', None)]
+    assert [s.name for s in grid[0].specs] == [*CASCADE, 'covered']
+    assert grid[1].specs[0].threshold == 0.7
+    assert eval_grid.grid_needs(grid) == {*CASCADE, 'covered'}
+    [expanded] = eval_grid.parse_filter_grid('cascade+covered:expand')
+    assert (expanded.name, expanded.method, expanded.expand) == (
+        'cascade+covered:expand', 'Cascade (exact, minhash, intra_doc), then Covered, hits expanded', True)
+    assert not grid[0].expand
+    [both] = eval_grid.parse_filter_grid('covered:pool:expand')
+    assert (both.method, both.pool, both.expand, both.threshold) == (
+        'Covered, vectors pooled, hits expanded', True, True, None)
+    for bad in ('none+covered', 'covered+', 'exact+cascade', 'covered+covered', 'cascade:expand',
+                'covered:expand:pool'):
+        with pytest.raises(ValueError):
+            eval_grid.parse_filter_grid(bad)
+
+
 def test_chunker_items_carry_the_chunkers_own_parameters():
     [config] = eval_grid.parse_chunkers('semantic_breakpoint:200:0:window=3')
     assert config.params == (('window', 3),) and config.param('window') == 3
