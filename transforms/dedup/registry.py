@@ -44,6 +44,10 @@ class FilterDef:
       near_copy_reasons: Its drop reasons whose dropped chunk is a copy or a
         near-copy of its keeper, so that its sentences that the kept chunk
         representing it lacks stay as delta chunks (`lineage.deltas`).
+      span_reasons: Its drop reasons whose dropped chunk's characters the
+        document's kept chunks hold together, not its keeper alone (a
+        `covered_split` drop): the lossless audit checks them against every
+        kept span of the document (`lineage.lossless.unheld_sentences`).
       semantic: Those near-copies are semantic (few shared sentences):
         deltas only with `--semantic_deltas on`.
       needs: Features from `FEATURES` computed before it runs.
@@ -70,6 +74,7 @@ class FilterDef:
     options: Mapping = dataclasses.field(default_factory=dict)
     ratio: bool = False
     near_copy_reasons: frozenset = frozenset()
+    span_reasons: frozenset = frozenset()
     semantic: bool = False
     position: int = 0
     family: str = ''
@@ -131,6 +136,11 @@ def names() -> list[str]:
 def delta_reasons(semantic: bool) -> frozenset:
     """The drop reasons whose chunks leave deltas: lexical near-copies, and semantic ones if `semantic`."""
     return frozenset(r for f in definitions().values() if semantic or not f.semantic for r in f.near_copy_reasons)
+
+
+def span_reasons() -> frozenset:
+    """The drop reasons whose chunks are held by their document's kept spans together (`FilterDef.span_reasons`)."""
+    return frozenset(r for f in definitions().values() for r in f.span_reasons)
 
 
 def needing(feature: str) -> frozenset:

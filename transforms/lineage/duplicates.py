@@ -8,6 +8,9 @@ Two keyed joins, nothing gathered:
    `Duplicate` per dropped chunk, keyed by its kept chunk, with the document
    text around its edges (`deltas.sentence_context`). A group is one
    document and its chunks.
+   The drops whose text the document's kept chunks hold together
+   (`registry.span_reasons`: `covered_split`) are audited here, against
+   every kept span (`lossless.unheld_sentences`), and go no further.
 2. by the kept chunk's id (`_CompareWithKeeperFn`): its `KeptText` and its
    duplicates -> their delta chunks (`deltas.delta_chunks`, equal ones
    merged) and one `lossless.Tally`. A group is one kept chunk and what it
@@ -56,29 +59,49 @@ def _has_keeper(dropped: Dropped) -> bool:
 
 
 class _ChunksOfDocumentFn(beam.DoFn):
-    """One document and its chunks -> (kept chunk_id, KeptText) (KEPT) and (kept chunk_id, Duplicate) (main)."""
+    """One document and its chunks -> (kept chunk_id, KeptText) (KEPT), (kept chunk_id, Duplicate) (main),
+    and the Tally of its drops held by its kept spans together (TALLIES)."""
 
     def __init__(self, sources: frozenset):
         self._sources = sources
+        self._span_reasons = registry.span_reasons()
+
+    def setup(self):
+        self._checked = Metrics.counter(lossless.COUNTER_NAMESPACE, lossless.COUNTER_CHECKED)
+        self._lost = Metrics.counter(lossless.COUNTER_NAMESPACE, lossless.COUNTER_LOST)
 
     def process(self, element):
         _, grouped = element
         texts = list(grouped['document'])
         document = DocumentSentences(texts[0] if texts else '')
+        kept_spans = []
         for chunk_id, start, end, text in grouped['kept']:
+            kept_spans.append((start, end))
             spans, cut_start, cut_end = document.clip(start, end)
             yield pvalue.TaggedOutput(KEPT, (chunk_id, KeptText.of(text, cut_start, cut_end, spans)))
         keepers = dict(grouped['keeper'])
+        chunks = checked = 0
+        lost = []
         for dropped in grouped['dropped']:
             keeper = keepers.get(dropped.chunk.chunk_id)
             if keeper is None:  # an orphan: its chain ends at a chunk dropped without a keeper
                 continue
             chunk = dropped.chunk
             spans, _, _ = document.clip(chunk.char_start, chunk.char_end)
+            if dropped.reason in self._span_reasons:
+                n, missing = lossless.unheld_sentences(chunk, spans, kept_spans, dropped.reason, keeper)
+                chunks, checked = chunks + 1, checked + n
+                lost.extend(missing)
+                continue
             before = after = ''
             if dropped.reason in self._sources:
                 before, after = deltas_lib.sentence_context(document, chunk.char_start, chunk.char_end)
             yield keeper, deltas_lib.Duplicate(dropped, keeper, before, after, tuple(spans))
+        if chunks:
+            lost.sort()
+            self._checked.inc(checked)
+            self._lost.inc(len(lost))
+            yield pvalue.TaggedOutput(TALLIES, lossless.Tally(chunks, checked, len(lost), tuple(lost[:lossless.EXAMPLES])))
 
 
 class _CompareWithKeeperFn(beam.DoFn):
@@ -153,7 +176,7 @@ class CompareWithKeepers(beam.PTransform):
             }
             | 'JoinDocument' >> beam.CoGroupByKey()
             | 'ChunksOfDocument' >> beam.ParDo(_ChunksOfDocumentFn(self._sources)).with_outputs(
-                KEPT, main='duplicates')
+                KEPT, TALLIES, main='duplicates')
         )
         outputs = (
             {'keeper': by_document[KEPT], 'duplicate': by_document['duplicates']}
@@ -161,4 +184,5 @@ class CompareWithKeepers(beam.PTransform):
             | 'CompareWithKeeper' >> beam.ParDo(_CompareWithKeeperFn(self._sources)).with_outputs(
                 TALLIES, main='deltas')
         )
-        return {'deltas': outputs['deltas'], TALLIES: outputs[TALLIES]}
+        tallies = (by_document[TALLIES], outputs[TALLIES]) | 'AllTallies' >> beam.Flatten()
+        return {'deltas': outputs['deltas'], TALLIES: tallies}

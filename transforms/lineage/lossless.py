@@ -7,7 +7,10 @@ copy of its text is covered whole). A
 sentence that it does not cover is carried when it lies inside one of the
 chunk's own deltas, or when a delta against the same kept chunk holds a
 sentence of the same normalized text (a copy of another release's news);
-otherwise it is lost. Sentences without a word token (a fence, a table
+otherwise it is lost. A drop whose text several kept chunks hold together
+(`covered_split`, see `FilterDef.span_reasons`) is checked against every
+kept span of its document instead, character by character
+(`unheld_sentences`). Sentences without a word token (a fence, a table
 rule) are not counted.
 
 With deltas on, every copy or lexical near-copy carries its uncovered
@@ -25,6 +28,7 @@ document order) that the launcher reads into manifest.json.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import posixpath
@@ -98,6 +102,58 @@ def uncovered_sentences(
             continue
         lost.append(Loss(chunk.doc_id, start, chunk.chunk_id, duplicate.keeper, duplicate.dropped.reason,
                          chunk.text[s:e]))
+    return checked, lost
+
+
+def unheld_sentences(
+    chunk: Chunk, sentences: Sequence[tuple[int, int]], kept_spans: Sequence[tuple[int, int]], reason: str,
+    keeper: str,
+) -> tuple[int, list[Loss]]:
+    """Checks a dropped chunk against every kept span of its document, character by character.
+
+    For the drops whose text several kept chunks hold together (a
+    `covered_split` drop: part in its keeper, the rest in the next kept
+    chunk): a sentence is held when each of its non-space characters lies
+    inside some kept chunk of the document.
+
+    Args:
+      chunk: The dropped chunk.
+      sentences: Its sentences, as offsets into its text (`DocumentSentences.clip`).
+      kept_spans: `(char_start, char_end)` of the document's kept chunks.
+      reason: The drop's reason, and `keeper` its kept chunk, for the examples.
+
+    Returns:
+      `(sentences checked, the ones with a character no kept chunk holds)`.
+    """
+    merged: list[list[int]] = []
+    for start, end in sorted(kept_spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    starts = [m[0] for m in merged]
+
+    def gaps(start: int, end: int):
+        # The parts of [start, end) outside every kept span: a few per sentence at most.
+        i = max(bisect.bisect_right(starts, start) - 1, 0)
+        at = start
+        while at < end and i < len(merged):
+            a, b = merged[i]
+            if a > at:
+                yield at, min(a, end)
+            at, i = max(at, b), i + 1
+        if at < end:
+            yield at, end
+
+    checked, lost = 0, []
+    for s, e in sentences:
+        text = chunk.text[s:e]
+        if not tokens(text):
+            continue
+        checked += 1
+        base = chunk.char_start
+        if any(chunk.text[a - base:b - base].strip() for a, b in gaps(base + s, base + e)):
+            lost.append(Loss(chunk.doc_id, chunk.char_start + s, chunk.chunk_id, keeper, reason, text))
     return checked, lost
 
 

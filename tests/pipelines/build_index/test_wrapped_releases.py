@@ -80,3 +80,15 @@ def test_without_deltas_the_loss_is_reported(built):
     # Examples come in document order: 1.1's guide first, its zlib sentence among them.
     assert any(x['text'].startswith('The program needs the zlib') for x in audit['examples'])
     assert off['counts']['deltas'] == 0 and off['counts']['chunks'] == on['counts']['chunks']
+
+
+def test_covered_drops_lose_no_sentence_in_the_audit(tmp_path):
+    # Overlapping windows, then covered: its split drops are held by two kept chunks together,
+    # which the audit checks against every kept span of the document.
+    flags = ['--input', str(CORPUS), '--chunker', 'fixed', '--chunk_size', '64', '--chunk_overlap', '32',
+             '--filter', 'cascade,covered', '--output', str(tmp_path / 'covered')]
+    manifest = build_index.run(flags)
+    audit = manifest['lossless']
+    assert manifest['counts']['dropped_by_reason']['covered_split'] > 0
+    assert audit['chunks_checked'] == manifest['counts']['dropped'] and audit['sentences_checked'] > 0
+    assert (audit['sentences_lost'], audit['examples']) == (0, [])

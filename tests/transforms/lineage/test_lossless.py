@@ -82,3 +82,20 @@ def test_a_copy_of_the_kept_text_is_covered_whole():
     assert uncovered_sentences(copy, KeptText.of(wrapped_release('15.0.0'), spans=[(0, 3)]), []) == (1, [])
     # Another kept text does not cover it.
     assert uncovered_sentences(copy, KeptText((('x',),)), []) == (1, [Loss('v3', 0, 'v3#0', 'v1#0', 'exact', 'The')])
+
+
+def test_a_split_drop_is_held_by_the_documents_kept_spans_together():
+    import dataclasses
+
+    from transforms.lineage.lossless import unheld_sentences
+
+    # Spans only, no model: the dropped chunk [10, 40) lies over kept chunks [0, 25) and [22, 60).
+    doc = 'Alpha one. Bravo two is here. Charlie three. Delta four here.'
+    chunk = dataclasses.replace(make('d', 1, doc[10:40]), char_start=10, char_end=40)
+    sentences = [(1, 19), (20, 30)]  # 'Bravo two is here.', 'Charlie th' (offsets into the chunk)
+    assert unheld_sentences(chunk, sentences, [(0, 25), (22, 60)], 'covered_split', 'd#0') == (2, [])
+    # Without the second kept chunk, what lies after 25 is held by none: both sentences are lost.
+    checked, lost = unheld_sentences(chunk, sentences, [(0, 25)], 'covered_split', 'd#0')
+    assert checked == 2 and [x.char_start for x in lost] == [11, 30]
+    # A gap of whitespace only (the space at 29) loses nothing.
+    assert unheld_sentences(chunk, sentences, [(0, 29), (30, 60)], 'covered_split', 'd#0') == (2, [])

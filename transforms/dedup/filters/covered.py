@@ -185,4 +185,5 @@ FILTER = FilterDef(
             'already hold (whitespace aside): a minimum cover of the document\'s chunks is kept '
             '(greedy by offsets, exact); `duplicate_of` is the kept chunk holding most of it '
             '(`covered_whole`: all of it; `covered_split`: the rest in its other kept neighbour)',
-    default=None, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=doc_id_of)
+    default=None, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=doc_id_of,
+    span_reasons=frozenset(REASONS))
