@@ -6,6 +6,7 @@ import sys
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
 # `ragsieve query` does not pay for Beam's import.
 COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query'}
+COMMANDS.update({'publish': 'pipelines.publish_run', 'report': 'pipelines.report'})
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
 
 
@@ -72,17 +73,22 @@ def check_known_flags(argv, config_keys=(), config_path=None) -> None:
 
 
 def run_and_report(command: str, run, argv) -> int:
-    """Calls `run(argv)`; a ValueError becomes one line on stderr and exit code 2.
+    """Calls `run(argv)`; a ValueError becomes one line on stderr and exit code 2, a refused publish 5.
 
     The modules' own `__main__` blocks call this with their `run`: going through
     `main` would import the module a second time, and Beam would then see
     its options class registered twice (conflicting flags).
     """
+    from transforms.output.gates import Refused
+
     try:
         run(argv)
     except ValueError as e:
         print(f'ragsieve {command}: error: {e}', file=sys.stderr)
         return 2
+    except Refused as e:  # a complete run its publish gates kept back
+        print(f'ragsieve {command}: {e}', file=sys.stderr)
+        return e.exit_status
     return 0
 
 

@@ -11,6 +11,7 @@ LAYERS = (
     'pipelines',
     'transforms.evaluation',
     'transforms.query',
+    'transforms.report',
     'transforms.lineage',
     'transforms.dedup',
     'transforms.chunking',
