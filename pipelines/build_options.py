@@ -181,14 +181,14 @@ def add_gate_args(parser) -> None:
             ('max_dropped_rise', 'Refuse when the share of chunks the filters drop exceeds the previous '
                                  'run\'s by more than this.'),
             ('max_lost_share', 'Refuse when the lossless audit (if the manifest has one) finds more than '
-                               'this share of its sentences in neither a kept chunk nor a delta.'),
-            ('canary_min_share', 'Refuse when retrieval finds fewer than this share of the --gate_canary '
-                                 'questions.')):
+                               'this share of its sentences in neither a kept chunk nor a delta.')):
         parser.add_argument(f'--gate_{name}', type=float, default=getattr(defaults, name), help=help_text)
     parser.add_argument('--gate_canary', type=str, default=None,
                         help='JSONL of canary questions (question, and doc_id or text): the new run must '
                              'find at least --gate_canary_min_share of them, and no fewer than the '
                              'previous run. Local file.')
+    parser.add_argument('--gate_canary_min_share', type=float, default=defaults.canary_min_share,
+                        help='Refuse when retrieval finds fewer than this share of the --gate_canary questions.')
     parser.add_argument('--gate_canary_k', type=int, default=defaults.canary_k,
                         help='A canary question is found when its document or text is in the top k.')
 
