@@ -9,6 +9,7 @@ run LATEST names, or the plain index --output holds, is left as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import posixpath
@@ -44,8 +45,14 @@ def read_manifest(directory: Optional[str]) -> Optional[dict]:
 
 
 def verdict(config: BuildConfig, manifest: dict, target: Target, canary=None, previous_canary=None) -> dict:
-    """The gates' verdict on a run against the build it would replace (see `gates.evaluate`)."""
-    return gates.evaluate(config.gates, manifest, read_manifest(target.previous), canary, previous_canary,
+    """The gates' verdict on a run against the build it would replace (see `gates.evaluate`).
+
+    --allow_empty asks to publish even when every record was rejected: the
+    absolute rejected share then does not refuse (the gates against the
+    previous run still do).
+    """
+    settings = dataclasses.replace(config.gates, max_rejected_share=1.0) if config.allow_empty else config.gates
+    return gates.evaluate(settings, manifest, read_manifest(target.previous), canary, previous_canary,
                           target.previous_run_id or target.previous)
 
 

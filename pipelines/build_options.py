@@ -133,8 +133,9 @@ class BuildIndexOptions(PipelineOptions):
                             help='Documents whose metadata (as JSON, copied into every chunk) is '
                                  'larger are rejected as metadata_too_large.')
         parser.add_argument('--allow_empty', action='store_true', default=False,
-                            help='Publish an index even when every record was rejected; by default '
-                                 'such a build fails and publishes nothing.')
+                            help='Publish an index even when every record was rejected (the '
+                                 '--gate_max_rejected_share gate then passes too); by default such a '
+                                 'build fails and publishes nothing.')
         parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
                             help='With --versioned, a run replaced as LATEST less than this long ago '
                                  'is not pruned, so queries that just opened it can finish.')

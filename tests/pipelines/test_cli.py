@@ -45,3 +45,14 @@ def test_python_dash_m_entry_points_report_errors_cleanly(tmp_path, module, comm
     done = subprocess.run([sys.executable, '-m', module, *argv], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f'ragsieve {command}: error:' in done.stderr
+
+
+def test_a_refused_publish_exits_with_its_own_status(capsys):
+    from transforms.output.gates import REFUSED_EXIT_STATUS, Refused
+
+    def refuse(argv):
+        raise Refused('refused to publish:\n  gate kept_drop failed: kept chunks 1, were 9')
+
+    assert cli.run_and_report('build', refuse, []) == REFUSED_EXIT_STATUS == 5
+    assert 'ragsieve build: refused to publish:\n  gate kept_drop failed' in capsys.readouterr().err
+    assert {'publish', 'report'} <= set(cli.COMMANDS)
