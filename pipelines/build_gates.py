@@ -52,7 +52,12 @@ def verdict(config: BuildConfig, manifest: dict, target: Target, canary=None, pr
     previous run still do).
     """
     settings = dataclasses.replace(config.gates, max_rejected_share=1.0) if config.allow_empty else config.gates
-    return gates.evaluate(settings, manifest, read_manifest(target.previous), canary, previous_canary,
+    try:
+        previous = read_manifest(target.previous)
+    except ValueError as e:  # a damaged previous build must not fail every later one
+        LOG.warning('the publish gates compare with nothing: %s', e)
+        previous = None
+    return gates.evaluate(settings, manifest, previous, canary, previous_canary,
                           target.previous_run_id or target.previous)
 
 

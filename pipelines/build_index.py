@@ -15,7 +15,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import build_gates
-from pipelines.build_manifest import DIFF_FILE, Target, change_report, log_filters, make_manifest, summary
+from pipelines.build_manifest import (
+    DIFF_FILE,
+    Target,
+    change_report,
+    log_filters,
+    make_manifest,
+    previous_build,
+    summary,
+)
 from pipelines.build_options import BuildConfig, BuildIndexOptions, parse_args
 from transforms import storage
 from transforms.chunking.chunk_documents import ChunkDocuments
@@ -25,8 +33,8 @@ from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import cache_specs
 from transforms.features.embedding import SharedModel
 from transforms.ingest import read
-from transforms.ingest.listing import input_bytes
-from transforms.lineage import represents
+from transforms.ingest.listing import check_input, input_bytes
+from transforms.lineage import lossless, represents
 from transforms.output import changes, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
 from transforms.types import Chunk, Dropped
@@ -76,9 +84,12 @@ def build_pipeline(
         _ = ((kept, filtered['dropped'] | 'DroppedChunks' >> beam.Map(dropped_chunk))
              | 'FilteredChunks' >> beam.Flatten()
              | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache))
-    kept = {'chunks': chunks, 'kept': kept, 'dropped': filtered['dropped']} | 'TraceDuplicates' >> (
-        represents.TraceDuplicates(len(config.filters.specs), config.filters.deltas,
-                                config.filters.semantic_deltas, model, config.embedding))
+    traced = {'documents': inputs['documents'], 'kept': kept, 'dropped': filtered['dropped']} | (
+        'TraceDuplicates' >> represents.TraceDuplicates(
+            len(config.filters.specs), config.filters.deltas, config.filters.semantic_deltas, model,
+            config.embedding))
+    kept = traced['chunks']
+    _ = traced['tallies'] | 'WriteLosslessAudit' >> lossless.WriteLosslessAudit(output)
     _ = {
         'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
         'documents': inputs['documents'],
@@ -146,16 +157,14 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     if not config.versioned:
         debris += publish.clean_staging(config.output)
         publish.check_replaceable(config.output)
-        has_build = FileSystems.exists(posixpath.join(config.output, tables.MANIFEST_FILE))
-        previous = config.output if has_build else None
+        previous, _ = previous_build(config.output, versioned=False)
         return Target(snapshots.new_run_id(), publish.staging_path(config.output), previous, None), debris
     debris += snapshots.clean_debris(config.output)
     run_id = config.run_id or snapshots.new_run_id()
     directory = snapshots.run_dir(config.output, run_id)
     if FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
-    previous_run_id = snapshots.read_latest(config.output)
-    previous = snapshots.resolve_index(config.output) if previous_run_id else None
+    previous, previous_run_id = previous_build(config.output, versioned=True)
     return Target(run_id, directory, previous, previous_run_id), debris
 
 
@@ -190,6 +199,11 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             discard(config, target)
             raise
     print(summary(manifest, config, target))
+    if config.sync:
+        from pipelines import sync
+
+        # After publishing: a store that cannot be written leaves the index published, and says so.
+        print(sync.sync(config.output, config.sync).line())
     return manifest
 
 
@@ -208,9 +222,11 @@ def check_paths(config: BuildConfig) -> None:
     """Refuses outputs and caches that cannot be written, before any work.
 
     Raises:
-      ValueError: If --output or --cache names an existing file, or
-        --versioned names a directory that is no versioned root.
+      ValueError: If --input lists no file or overlaps --output or --cache,
+        --output or --cache names an existing file, or --versioned names a
+        directory that is no versioned root.
     """
+    check_input(config.input, {'--output': config.output, '--cache': config.cache})
     if config.versioned:
         snapshots.check_root(config.output)
     else:
@@ -266,6 +282,8 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     publish.checkpoint('after_pipeline')
     manifest = make_manifest(
         config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started)
+    # The audit reached the launcher through this file; the manifest is its one home now.
+    FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)

@@ -1,8 +1,10 @@
 """What describes a finished build: its manifest, diff.json and summary.
 
-`make_manifest` reads a run's tables and counters into manifest.json (config,
-versions, counts, filters, lineage, cache use, time per stage),
-`change_report` compares the run with the build it replaces (`DIFF_FILE`),
+`make_manifest` reads a run's tables, counters and lossless audit into
+manifest.json (config, versions, counts, filters, lineage, lossless, cache
+use, time per stage),
+`previous_build` picks the build a run replaces, readable, and
+`change_report` compares the run with it (`DIFF_FILE`),
 and `summary` and `log_filters` tell the terminal; `Target` is where a run
 writes and what it is compared with.
 """
@@ -15,11 +17,13 @@ import logging
 import posixpath
 from typing import Optional
 
+from apache_beam.io.filesystems import FileSystems
+
 from pipelines.build_options import BuildConfig
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.features import kernels
-from transforms.lineage import represents
-from transforms.output import changes, tables
+from transforms.lineage import lossless, represents
+from transforms.output import changes, snapshots, tables
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
@@ -49,11 +53,63 @@ class Target:
     previous_run_id: Optional[str]
 
 
+def previous_build(output: str, versioned: bool) -> tuple[Optional[str], Optional[str]]:
+    """The build a run is compared with: `(directory, run id)`, or `(None, None)`.
+
+    The previous --output, or the run LATEST names. A build that cannot be
+    read (a part overwritten or deleted, LATEST naming no complete run) must
+    not fail every later build: one warning names the file, and the run is
+    compared with the newest readable complete run of a versioned root, or
+    with nothing.
+    """
+    if not versioned:
+        if not FileSystems.exists(posixpath.join(output, tables.MANIFEST_FILE)):
+            return None, None
+        problem = changes.state_problem(output)
+        if problem is None:
+            return output, None
+        LOG.warning('the previous build cannot be read, so %s compares with nothing: %s', DIFF_FILE, problem)
+        return None, None
+    try:
+        latest = snapshots.read_latest(output)
+    except ValueError as e:
+        latest, problem = None, str(e)
+    else:
+        if latest is None:
+            return None, None  # nothing published yet
+        problem = None
+    complete, _ = snapshots.list_runs(output)
+    if latest is not None and latest not in complete:
+        problem = f'{output}/{snapshots.LATEST_FILE} names run {latest!r}, which is not a complete run'
+    candidates = ([latest] if problem is None else []) + [r for r in reversed(complete) if r != latest]
+    for run_id in candidates:
+        directory = snapshots.run_dir(output, run_id)
+        run_problem = changes.state_problem(directory)
+        if run_problem is None:
+            if problem:
+                LOG.warning('the run LATEST names cannot be read, so %s compares with run %s: %s',
+                            DIFF_FILE, run_id, problem)
+            return directory, run_id
+        problem = problem or run_problem
+    LOG.warning('no earlier run can be read, so %s compares with nothing: %s', DIFF_FILE, problem)
+    return None, None
+
+
 def change_report(target: Target, manifest: dict) -> dict:
-    """The run's diff.json: changes against the build it replaces, and cache use."""
-    previous = changes.load_state(target.previous) if target.previous else None
+    """The run's diff.json: changes against the build it replaces, and cache use.
+
+    A previous build whose rows cannot be read after all (its footers were
+    checked before the run, `previous_build`) is warned of and compared as nothing.
+    """
+    previous, previous_run = None, None
+    if target.previous:
+        try:
+            previous = changes.load_state(target.previous)
+            previous_run = target.previous_run_id or target.previous
+        except ValueError as e:
+            LOG.warning('the previous build cannot be read, so %s compares with nothing: %s', DIFF_FILE, e)
     report = changes.diff_states(previous, changes.load_state(target.directory))
-    report['previous_run'] = target.previous_run_id or target.previous
+    report['previous_run'] = previous_run
     report['run_id'] = target.run_id
     report['cache'] = manifest['cache']['features'] if manifest['cache'] else None
     return report
@@ -109,6 +165,7 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
         counters[key] = counters.get(key, 0) + r.committed
     resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
     reasons = [d['reason'] for d in dropped]
+    lineage = represents.report(chunk_rows, dropped)
     filters = []
     for i, spec in enumerate(config.filters.specs):
         ns = counter_namespace(i, spec.name)
@@ -166,7 +223,10 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
         'filters': filters,
-        'lineage': represents.report(chunk_rows, dropped),
+        'lineage': lineage,
+        # What the dropped duplicates' sentences lost (lineage.lossless); drops without a keeper are not checked.
+        'lossless': {**lossless.read_report(target.directory),
+                     'chunks_without_keeper': sum(d['duplicate_of'] is None for d in dropped) + lineage['orphans']},
         'cache': cache_use,
         'warnings': {
             'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),

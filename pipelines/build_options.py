@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import posixpath
+import re
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import cli
 from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
@@ -29,7 +30,8 @@ from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
 from transforms.output import gates as publish_gates
-from transforms.output import indexes, snapshots
+from transforms.output import indexes, snapshots, tables
+from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
@@ -117,8 +119,9 @@ class BuildIndexOptions(PipelineOptions):
                                  'two chunks whose documents differ on one of them; a missing key is '
                                  'a value of its own. Default: none (one corpus).')
         parser.add_argument('--deltas', type=str, default='on', choices=list(ON_OFF),
-                            help='on: sentences of a near-duplicate (minhash, intra_doc_near) that its '
-                                 'keeper lacks stay in the index as delta chunks; off: dropped with it.')
+                            help='on: sentences of a copy or near-copy (exact, minhash, intra_doc_near) '
+                                 'that the kept chunk representing it lacks stay in the index as delta '
+                                 'chunks; off: dropped with it (manifest.json\'s lossless counts them).')
         parser.add_argument('--semantic_deltas', type=str, default='off', choices=list(ON_OFF),
                             help='on: deltas also for similarity* drops (needs --deltas on).')
         parser.add_argument('--max_doc_chars', type=int, default=read.DEFAULT_MAX_DOC_CHARS,
@@ -150,8 +153,9 @@ class BuildIndexOptions(PipelineOptions):
                                  'the one LATEST names is never deleted.')
         parser.add_argument('--num_shards', type=int, default=0,
                             help='Parts per output table (chunks/, dropped/, rejected/, documents/ '
-                                 'and the feature cache); 0 = one per 2 MiB of input files, '
-                                 'at most 1024. Same shard count, same bytes.')
+                                 'and the feature cache), at most '
+                                 f'{tables.MAX_SHARDS}; 0 = one per 2 MiB of input files. '
+                                 'Same shard count, same bytes.')
         parser.add_argument('--index_type', type=str, default=indexes.DEFAULT_INDEX_TYPE,
                             help='FAISS index_factory string, inner product: Flat (exact), '
                                  'HNSW32, IVF1024,Flat, IVF4096,PQ32, ... (see the README for '
@@ -163,6 +167,9 @@ class BuildIndexOptions(PipelineOptions):
                             help='Root of the per-chunk feature cache (embeddings, entities, '
                                  'MinHash), any Beam filesystem; default: OUTPUT/cache with '
                                  f'--versioned, none otherwise; "{feature_cache.NO_CACHE}" turns it off.')
+        parser.add_argument('--sync', type=str, default=None,
+                            help='After publishing, sync the published run into this vector store '
+                                 '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
         add_gate_args(parser)
 
 
@@ -210,6 +217,7 @@ class BuildConfig:
     run_id: Optional[str] = None
     keep_runs: int = 7
     cache: Optional[str] = None
+    sync: Optional[str] = None
     max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
@@ -219,8 +227,9 @@ class BuildConfig:
     gates: publish_gates.GateConfig = publish_gates.GateConfig()
 
     def __post_init__(self):
-        if self.num_shards < 0:
-            raise ValueError(f'--num_shards must be >= 0 (0 = from the input size), got {self.num_shards}')
+        if not 0 <= self.num_shards <= tables.MAX_SHARDS:
+            raise ValueError(f'--num_shards must be 0 (from the input size) to {tables.MAX_SHARDS}, '
+                             f'got {self.num_shards}')
         if self.max_doc_chars <= 0:
             raise ValueError(f'max_doc_chars must be > 0, got {self.max_doc_chars}')
         if set(self.max_file_bytes) != {f.name for f in formats.FORMATS} or any(
@@ -264,6 +273,7 @@ class BuildConfig:
             run_id=options.run_id,
             keep_runs=options.keep_runs,
             cache=None if cache in (None, feature_cache.NO_CACHE) else cache.rstrip('/'),
+            sync=stores.check_uri(options.sync) if options.sync else None,
             max_metadata_bytes=options.max_metadata_bytes,
             allow_empty=options.allow_empty,
             prune_grace_seconds=options.prune_grace_seconds,
@@ -327,8 +337,12 @@ def filter_config(options: BuildIndexOptions) -> FilterConfig:
 def config_flags(path: str) -> list[str]:
     """Turns a YAML/JSON config file into flags, to be placed before the real ones.
 
+    Each setting is checked on its own, so that an error names the file and
+    the key (`config_flag`).
+
     Raises:
-      ValueError: if the file is unreadable or not a mapping of flag names.
+      ValueError: If the file is unreadable, not a mapping of flag names, or
+        a setting is unknown or has a value its flag refuses.
     """
     import yaml  # JSON is a subset of YAML, so one parser reads both
 
@@ -339,24 +353,59 @@ def config_flags(path: str) -> list[str]:
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
     cli.check_known_flags([], [str(k) for k in values], path)
+    parser = cli.beam_flag_parser()
+    actions = {s[2:]: a for a in parser._actions for s in a.option_strings if s.startswith('--')}
     flags = []
     for key, value in values.items():
-        if isinstance(value, bool):
-            if key in ON_OFF_FLAGS:
-                # YAML reads a bare `deltas: off` as false.
-                flags.append(f'--{key}={"on" if value else "off"}')
-            elif value:
-                # On/off flags take no value: `versioned: true` is `--versioned`.
-                flags.append(f'--{key}')
-            continue
-        if isinstance(value, (list, tuple)):
-            value = ','.join(str(v) for v in value)
-        flags.append(f'--{key}={value}')
+        flags += config_flag(path, str(key), value, actions[str(key)], parser)
     return flags
 
 
+def config_flag(path: str, key: str, value, action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
+    """The flags of one config setting (none for a false on/off flag), checked by its flag's parser.
+
+    Raises:
+      ValueError: `--config PATH: KEY ...` when the value is missing (null),
+        a mapping, of the wrong kind for its flag, or one its flag refuses,
+        and for a nested `config:` (one file holds every setting).
+    """
+    where = f'--config {path}: {key}'
+    if key == 'config':
+        raise ValueError(f'{where}: a config file cannot name another config file ({value!r}); '
+                         'put its settings in this one')
+    if value is None:
+        raise ValueError(f'{where} has no value (null): give one, or remove the key for the default')
+    if isinstance(value, dict):
+        raise ValueError(f'{where} must be a value or a list, not a mapping')
+    on_off_flag = isinstance(action, argparse._StoreTrueAction)
+    if isinstance(value, bool) and key in ON_OFF_FLAGS:
+        # YAML reads a bare `deltas: off` as false.
+        value = 'on' if value else 'off'
+    elif on_off_flag or isinstance(value, bool):
+        if not (on_off_flag and isinstance(value, bool)):
+            shown = 'true/false' if isinstance(value, bool) else repr(value)
+            expected = 'true or false' if on_off_flag else 'a value'
+            raise ValueError(f'{where} must be {expected}, not {shown}')
+        # On/off flags take no value: `versioned: true` is `--versioned`.
+        return [f'--{key}'] if value else []
+    if isinstance(value, (list, tuple)):
+        value = ','.join(str(v) for v in value)
+    flag = f'--{key}={value}'
+    try:
+        parser.parse_known_args([flag])
+    except ValueError as e:  # `--KEY: invalid int value: 'abc'`: the key is named already
+        raise ValueError(f'{where}: {re.sub(r"^--[^:]+: ", "", str(e))}') from None
+    return [flag]
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
-    """Parses flags, with those from `--config` first so explicit flags win."""
+    """Parses flags, with those from `--config` first so explicit flags win.
+
+    Raises:
+      ValueError: For an unknown flag or config key, a value a flag refuses
+        (naming the config file and key when it came from one), or a runner
+        ragsieve cannot run on (`check_runner`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--config')
@@ -364,4 +413,32 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     cli.check_known_flags(argv)
     if known.config:
         argv = config_flags(known.config) + argv
-    return PipelineOptions(argv)
+    options = PipelineOptions(argv)
+    check_runner(options.view_as(StandardOptions).runner)
+    return options
+
+
+# Runners a build is known to run on, and the same results on each (docs/guarantees.md).
+RUNNERS = ('DirectRunner', 'PortableRunner', 'FlinkRunner', 'DataflowRunner')
+# Beam runners that cannot run a build, and why.
+REFUSED_RUNNERS = {
+    'dask': "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph, "
+            'so a build would lose its rejected and dropped rows',
+}
+
+
+def check_runner(runner: Optional[str]) -> None:
+    """Refuses, before anything loads, a `--runner` that is no Beam runner or one a build cannot run on.
+
+    Raises:
+      ValueError: Saying why, and which runners work.
+    """
+    if runner is None:
+        return  # Beam's default, the DirectRunner
+    name = runner.rsplit('.', 1)[-1].lower().removesuffix('runner')
+    works = ', '.join(RUNNERS)
+    if name in REFUSED_RUNNERS:
+        raise ValueError(f'--runner {runner}: {REFUSED_RUNNERS[name]}; use one of {works}')
+    known = {n.lower().removesuffix('runner') for n in StandardOptions.KNOWN_RUNNER_NAMES}
+    if name not in known and '.' not in runner:
+        raise ValueError(f'--runner {runner!r} is not a Beam runner; ragsieve runs on {works}')

@@ -1,13 +1,73 @@
-"""The `ragsieve` command: one sub-command per pipeline module."""
+"""The `ragsieve` command: one sub-command per pipeline module, and how failures reach the user.
 
+Every failure a user can act on ends as one line `ragsieve COMMAND: error:
+...` on stderr and a documented exit status (`EXIT_CODES`, the table of
+the README and docs/cli.md); only an unexpected error (a bug) prints its traceback.
+"""
+
+import argparse
+import builtins
+import contextlib
 import importlib
+import logging
+import os
+import re
 import sys
+from typing import Optional
+
+from transforms.output.gates import REFUSED_EXIT_STATUS
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
 # `ragsieve query` does not pay for Beam's import.
-COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query'}
+COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query',
+            'sync': 'pipelines.sync'}
 COMMANDS.update({'publish': 'pipelines.publish_run', 'report': 'pipelines.report'})
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
+
+# Exit statuses; `EXIT_CODES` says what each means and what to do next.
+OK, UNEXPECTED, FAILED, INTERRUPTED = 0, 1, 2, 130
+# `ragsieve sync`: the store differs from the run (--verify), or a batch failed after its retries.
+DRIFT, SYNC_FAILED = 3, 4
+# `ragsieve build`: a complete run that its publish gates kept from being published (`gates.Refused`).
+REFUSED = REFUSED_EXIT_STATUS
+# Status -> (what it means, what the user does next): the table of the README and docs/cli.md.
+EXIT_CODES = {
+    OK: ('Done: the build published, the query answered, the evaluation wrote its results. Warnings on '
+         'stderr (a damaged previous build compared with nothing, a document that lost most of its chunks) '
+         'do not change it.',
+         'Nothing; read the warnings, if any.'),
+    UNEXPECTED: ('A bug: an error ragsieve did not expect, printed with its traceback. The index published '
+                 'before is left as it was.',
+                 'Report it with the command line and the traceback.'),
+    FAILED: ('One line `ragsieve COMMAND: error: ...` says what cannot be used: a flag (named), a config file '
+             'value (the file and key), an input, an output or index (the file), a file that cannot be '
+             'written (its path: a full disk, a permission), an output another build holds. Nothing was '
+             'published; the index published before is left as it was.',
+             'Fix what the line names and run again. `RAGSIEVE_TRACEBACK=1` adds the traceback.'),
+    DRIFT: ('`ragsieve sync --verify`: the store differs from the run (rows missing, extra or stale, or its '
+            'marker names another run); the line counts them, with examples.',
+            'Run `ragsieve sync` without --verify: it converges from any state.'),
+    SYNC_FAILED: ('`ragsieve sync` (or `build --sync`): a batch still failed after its retries; the line names '
+                  'the ids. The store\'s marker still names the run it had; a build with --sync published.',
+                  'Fix the store (space, permissions, the server) and run the sync again.'),
+    REFUSED: ('`ragsieve build`: the run is complete but a publish gate refused it (docs/operations.md, '
+              '"Publish gates"); stderr names each failed gate with its figures. LATEST, or the plain '
+              '--output, is left as it was; a plain build is kept in OUTPUT.refused.',
+              'Look at the run\'s report.html; fix the input, or publish it with the `ragsieve publish` '
+              'command the message gives.'),
+    INTERRUPTED: ('Interrupted (Ctrl-C). Nothing was published.',
+                  'Run again: the next build deletes what this one left.'),
+}
+# Set to 1 to see the traceback of a one-line error (and Beam's logs of it) too.
+TRACEBACK_ENV = 'RAGSIEVE_TRACEBACK'
+
+# Beam appends the step to an error raised inside a pipeline: reported without it.
+_STEP_ANNOTATION = re.compile(r" \[while running '[^']*'\]")
+# The last `Name: message` line of a traceback that reached us as text (other
+# processes' workers: multi_processing DirectRunner, portable runners).
+_EXCEPTION_LINE = re.compile(r'^([A-Za-z_][\w.]*): (.*\S)\s*$')
+# The logger through which Beam logs an in-process step's error with its traceback before re-raising it.
+BEAM_STEP_LOGGER = 'apache_beam.runners.common'
 
 
 def main(argv=None) -> int:
@@ -23,15 +83,34 @@ def main(argv=None) -> int:
     return run_and_report(command, importlib.import_module(COMMANDS[command]).run, rest)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a ValueError (one line), not its usage and an exit."""
+
+    def error(self, message):
+        # argparse says "argument --chunk_size: invalid int value: 'abc'".
+        raise ValueError(re.sub(r'^argument (\S+): ', r'\1: ', message))
+
+
+def exit_codes_table() -> str:
+    """`EXIT_CODES` as Markdown, for the README and docs/cli.md."""
+    rows = ['| exit status | what it means | what to do next |', '| --- | --- | --- |']
+    rows += [f'| `{code}` | {means} | {then} |' for code, (means, then) in EXIT_CODES.items()]
+    return '\n'.join(rows) + '\n'
+
+
 def beam_flag_parser():
     """A parser of every flag some `PipelineOptions` subclass declares: Beam's and the jobs'.
 
     Built as `PipelineOptions.get_all_options` builds its own, so what it
-    knows is exactly what Beam would use rather than silently drop.
+    knows is exactly what Beam would use rather than silently drop; a bad
+    value is a ValueError naming the flag, not Beam's usage.
     """
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    class Parser(_BeamArgumentParser):
+        error = OneLineParser.error
+
+    parser = Parser(allow_abbrev=False)
     classes = {}
     for cls in PipelineOptions.__subclasses__():
         classes.setdefault(str(cls), cls)
@@ -41,7 +120,7 @@ def beam_flag_parser():
 
 
 def check_known_flags(argv, config_keys=(), config_path=None) -> None:
-    """Refuses flags and config keys that no options class knows (`--chunk_sise`).
+    """Refuses flags and config keys that no options class knows (`--chunk_sise`), and bad values.
 
     Args:
       argv: The command line flags.
@@ -49,7 +128,8 @@ def check_known_flags(argv, config_keys=(), config_path=None) -> None:
       config_path: That file, for the message.
 
     Raises:
-      ValueError: Naming each unknown flag or key, with the closest known flag.
+      ValueError: Naming each unknown flag or key, with the closest known
+        flag, or the flag whose value its type or choices refuse.
     """
     import difflib
 
@@ -72,24 +152,130 @@ def check_known_flags(argv, config_keys=(), config_path=None) -> None:
         raise ValueError(f'unexpected argument(s) {rest}: every setting is a --flag')
 
 
+def root_cause(error: BaseException) -> BaseException:
+    """The error itself, or the one Beam wrapped it in.
+
+    Beam re-raises an error of a step as the same type with the step's name
+    appended; a type it cannot rebuild so (OSError, whose first argument is a
+    number) becomes a RuntimeError tagged `_tagged_with_step`, raised while
+    handling the original, which is its `__context__`.
+    """
+    seen = set()
+    while (getattr(error, '_tagged_with_step', False) and not isinstance(error, (ValueError, OSError))
+           and error.__context__ is not None and id(error) not in seen):
+        seen.add(id(error))
+        error = error.__context__
+    return error
+
+
+def reported_error(error: BaseException) -> Optional[str]:
+    """The one line a failure is reported as, or None for an unexpected error (a bug).
+
+    A ValueError is one of the clear errors ragsieve raises (bad settings,
+    inputs, indexes; `storage.WriteError` for a file it cannot write), an
+    OSError one of the environment (a full disk, a missing permission);
+    either may reach the launcher from inside a pipeline, wrapped by Beam
+    (`root_cause`) or, from workers in other processes, as the text of their
+    traceback.
+    """
+    cause = root_cause(error)
+    if isinstance(cause, ValueError):
+        message = str(cause)
+    elif isinstance(cause, OSError):
+        message = os_error_line(cause)
+    elif isinstance(cause, RuntimeError):
+        message = remote_error_line(str(cause))
+    else:
+        message = None
+    if message is None:
+        return None
+    lines = [line.strip() for line in _STEP_ANNOTATION.sub('', message).splitlines()]
+    return ' '.join(line for line in lines if line) or type(cause).__name__
+
+
+def os_error_line(error: OSError) -> str:
+    """`PATH: why` of an OSError (both paths of a rename), or its message when it names none."""
+    if error.strerror and error.filename is not None:
+        paths = ' -> '.join(str(p) for p in (error.filename, error.filename2) if p is not None)
+        return f'{paths}: {error.strerror}'
+    return str(error)
+
+
+def _reported_names() -> set[str]:
+    from transforms.storage import WriteError
+
+    names = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, (ValueError, OSError))}
+    return names | {WriteError.__name__}
+
+
+def remote_error_line(text: str) -> Optional[str]:
+    """The message of a reported error in the text of a worker's traceback, or None."""
+    if 'Traceback (most recent call last)' not in text:
+        return None
+    names = _reported_names()
+    for line in reversed(text.splitlines()):
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match:
+            return match.group(2) if match.group(1).rsplit('.', 1)[-1] in names else None
+    return None
+
+
+class _DropReportedErrors(logging.Filter):
+    """Drops Beam's log of a step's error that will be reported in one line anyway."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or reported_error(error) is None
+
+
+@contextlib.contextmanager
+def quiet_beam_errors():
+    """Keeps Beam from logging the traceback of an error `run_and_report` reports in one line."""
+    logger = logging.getLogger(BEAM_STEP_LOGGER)
+    drop = _DropReportedErrors()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 def run_and_report(command: str, run, argv) -> int:
-    """Calls `run(argv)`; a ValueError becomes one line on stderr and exit code 2, a refused publish 5.
+    """Calls `run(argv)` and returns the exit status; a failure is one line on stderr.
+
+    A reported error (`reported_error`) is `ragsieve COMMAND: error: ...`
+    and exit 2, an error with an `exit_code` one line and that status, Ctrl-C exit 130; anything else is a bug and propagates with
+    its traceback (exit 1). With RAGSIEVE_TRACEBACK=1 the traceback of a
+    reported error is printed before its line.
 
     The modules' own `__main__` blocks call this with their `run`: going through
     `main` would import the module a second time, and Beam would then see
     its options class registered twice (conflicting flags).
     """
-    from transforms.output.gates import Refused
-
+    show_traceback = os.environ.get(TRACEBACK_ENV) == '1'
     try:
-        run(argv)
-    except ValueError as e:
-        print(f'ragsieve {command}: error: {e}', file=sys.stderr)
-        return 2
-    except Refused as e:  # a complete run its publish gates kept back
-        print(f'ragsieve {command}: {e}', file=sys.stderr)
-        return e.exit_status
-    return 0
+        with contextlib.ExitStack() as stack:
+            if not show_traceback:
+                stack.enter_context(quiet_beam_errors())
+            run(argv)
+    except KeyboardInterrupt:
+        print(f'ragsieve {command}: interrupted', file=sys.stderr)
+        return INTERRUPTED
+    except Exception as e:
+        code = getattr(e, 'exit_code', None)  # an error that carries its own status (sync's drift)
+        if code is not None:
+            print(f'ragsieve {command}: {e}', file=sys.stderr)
+            return code
+        line = reported_error(e)
+        if line is None:
+            raise
+        if show_traceback:
+            import traceback
+
+            traceback.print_exc()
+        print(f'ragsieve {command}: error: {line}', file=sys.stderr)
+        return FAILED
+    return OK
 
 
 if __name__ == '__main__':

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from pipelines import cli
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
 from transforms.dedup.config import FilterConfig
@@ -239,7 +240,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def parser() -> argparse.ArgumentParser:
     """The evaluation's flags."""
-    parser = argparse.ArgumentParser(
+    parser = cli.OneLineParser(
         prog='ragsieve evaluate',
         description='Score chunkers x redundancy filters on a QA dataset, as the chunk-filtering study.')
     parser.add_argument('--dataset', type=str, choices=DATASETS, default=CHROMA,

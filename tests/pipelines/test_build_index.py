@@ -78,6 +78,11 @@ def test_output_contract(built):
 
     on_disk = json.loads((out / 'manifest.json').read_text())
     assert on_disk == manifest
+    # The audit of the dropped duplicates (the repeated pasta paragraphs) reached the manifest, and only it.
+    audit = manifest['lossless']
+    assert audit['chunks_checked'] == sum(d['duplicate_of'] is not None for d in dropped) > 0
+    assert audit['sentences_checked'] > 0 and audit['sentences_lost'] == 0 and audit['examples'] == []
+    assert not (out / 'lossless.json').exists()
     counts = manifest['counts']
     assert counts['chunks'] == len(chunks)
     assert counts['rejected'] == len(expected['rejected'])

@@ -35,6 +35,80 @@ def test_scope_and_delta_settings_from_flags_and_config_file(tmp_path):
         build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions))
 
 
+def parse(*argv):
+    options = build_options.parse_args(['--input', 'in', '--output', 'out', *argv])
+    return build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions))
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--chunk_size', 'abc'], "^--chunk_size: invalid int value: 'abc'$"),
+    (['--chunk_size', '1e9'], "^--chunk_size: invalid int value: '1e9'$"),
+    (['--chunker', 'bogus'], "^--chunker: invalid choice: 'bogus' "),
+    (['--deltas', 'maybe'], "^--deltas: invalid choice: 'maybe' "),
+    (['--direct_num_workers', 'two'], "^--direct_num_workers: invalid int value: 'two'$"),  # Beam's own flags too
+])
+def test_a_bad_flag_value_is_one_line_naming_the_flag(flags, message, capsys):
+    with pytest.raises(ValueError, match=message):
+        parse(*flags)
+    assert capsys.readouterr() == ('', '')  # no usage printed
+
+
+@pytest.mark.parametrize('setting,message', [
+    ('chunk_size: null', r'build.yaml: chunk_size has no value \(null\)'),
+    ('chunk_size: abc', "build.yaml: chunk_size: invalid int value: 'abc'$"),
+    ('chunk_size: true', 'build.yaml: chunk_size must be a value, not true/false'),
+    ('chunker: {name: fixed}', 'build.yaml: chunker must be a value or a list, not a mapping'),
+    ('deltas: maybe', "build.yaml: deltas: invalid choice: 'maybe'"),
+    ('versioned: yes please', "build.yaml: versioned must be true or false, not 'yes please'"),
+    ('runner: DaskRunner', "Dask runner ignores tagged outputs"),
+])
+def test_a_bad_config_value_names_the_file_and_the_key(tmp_path, setting, message, capsys):
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: in\noutput: out\n{setting}\n')
+    with pytest.raises(ValueError, match=message):
+        build_options.BuildConfig.from_options(
+            build_options.parse_args(['--config', str(config)]).view_as(build_options.BuildIndexOptions))
+    assert capsys.readouterr() == ('', '')
+
+
+def test_a_config_file_naming_another_is_refused(tmp_path):
+    (tmp_path / 'other.yaml').write_text('chunk_size: 32\n')
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: in\noutput: out\nconfig: {tmp_path / "other.yaml"}\n')
+    with pytest.raises(ValueError, match='build.yaml: config: a config file cannot name another config file'):
+        build_options.parse_args(['--config', str(config)])
+
+
+def test_good_config_values_still_become_flags(tmp_path):
+    config = tmp_path / 'build.yaml'
+    config.write_text('input: in\noutput: out\nversioned: true\nallow_empty: false\ndeltas: off\nchunk_size: 32\n'
+                      'filter: [exact, minhash@0.7]\n')
+    assert build_options.config_flags(str(config)) == [
+        '--input=in', '--output=out', '--versioned', '--deltas=off', '--chunk_size=32', '--filter=exact,minhash@0.7']
+
+
+def test_num_shards_above_the_maximum_is_refused():
+    assert parse('--num_shards', '1024').num_shards == 1024
+    with pytest.raises(ValueError, match=r'--num_shards must be 0 \(from the input size\) to 1024, got 100000'):
+        parse('--num_shards', '100000')
+
+
+@pytest.mark.parametrize('runner,message', [
+    ('DaskRunner', "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph.*"
+                   'use one of DirectRunner, PortableRunner, FlinkRunner, DataflowRunner'),
+    ('apache_beam.runners.dask.dask_runner.DaskRunner', 'Dask runner ignores tagged outputs'),
+    ('BogusRunner', "--runner 'BogusRunner' is not a Beam runner; ragsieve runs on DirectRunner, "),
+])
+def test_runners_that_cannot_run_a_build_are_refused_up_front(runner, message):
+    with pytest.raises(ValueError, match=message):
+        parse('--runner', runner)
+
+
+@pytest.mark.parametrize('runner', ['DirectRunner', 'direct', 'PortableRunner', 'FlinkRunner', 'DataflowRunner'])
+def test_runners_that_work_pass(runner):
+    parse('--runner', runner)
+
+
 def config_of(argv):
     options = build_options.parse_args(argv)
     return build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions))

@@ -47,6 +47,160 @@ def test_python_dash_m_entry_points_report_errors_cleanly(tmp_path, module, comm
     assert f'ragsieve {command}: error:' in done.stderr
 
 
+# --- how failures are reported -------------------------------------------------------
+
+
+class Raise:
+    """A step that fails on its element (the subject is Beam's wrapping of errors, not a model)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __call__(self, element):
+        raise self.error
+
+
+def beam_failure(error):
+    """The exception a DirectRunner pipeline raises when one of its steps raises `error`."""
+    import apache_beam as beam
+
+    try:
+        with beam.Pipeline() as p:
+            _ = p | 'Create' >> beam.Create([1]) | 'FailingStep' >> beam.Map(Raise(error))
+    except BaseException as e:
+        return e
+    raise AssertionError('the pipeline did not fail')
+
+
+def test_errors_raised_inside_a_pipeline_are_one_line_without_the_step():
+    import errno
+
+    from transforms.storage import WriteError
+
+    wrapped = beam_failure(OSError(errno.ENOSPC, 'No space left on device'))
+    assert isinstance(wrapped, RuntimeError)  # Beam cannot rebuild an OSError with its step appended
+    assert cli.reported_error(wrapped) == '[Errno 28] No space left on device'
+    wrapped = beam_failure(WriteError('cannot write /out/chunks/part-0.parquet: No space left on device'))
+    assert "while running 'FailingStep'" in str(wrapped)
+    assert cli.reported_error(wrapped) == 'cannot write /out/chunks/part-0.parquet: No space left on device'
+    assert cli.reported_error(beam_failure(ValueError('bad value\nsecond line'))) == 'bad value second line'
+    assert cli.reported_error(beam_failure(KeyError('a bug'))) is None
+
+
+def test_os_errors_name_their_paths():
+    import errno
+
+    assert cli.reported_error(PermissionError(errno.EACCES, 'Permission denied', '/out/.lock')) == (
+        '/out/.lock: Permission denied')
+    assert cli.reported_error(OSError(errno.EXDEV, 'Invalid cross-device link', '/a', None, '/b')) == (
+        '/a -> /b: Invalid cross-device link')
+
+
+def test_an_error_of_a_worker_in_another_process_is_read_from_its_traceback():
+    text = ('Error processing instruction 7. Original traceback is\nTraceback (most recent call last):\n'
+            '  File "x.py", line 1, in f\nValueError: cannot train a \'IVF4096,Flat\' index on 8 vectors '
+            "[while running 'WriteIndex/BuildIndexes/BuildFaissIndex']\n")
+    assert cli.reported_error(RuntimeError(text)) == "cannot train a 'IVF4096,Flat' index on 8 vectors"
+    bug = text.replace('ValueError', 'ZeroDivisionError')
+    assert cli.reported_error(RuntimeError(bug)) is None
+    assert cli.reported_error(RuntimeError('no traceback in here')) is None
+
+
+def test_a_reported_error_is_one_line_and_exit_2_and_beam_logs_no_traceback(capsys, caplog):
+    def run(argv):
+        import apache_beam as beam
+
+        with beam.Pipeline() as p:
+            _ = p | 'Create' >> beam.Create([1]) | 'FailingStep' >> beam.Map(Raise(ValueError('the value was bad')))
+
+    assert cli.run_and_report('build', run, []) == cli.FAILED
+    assert capsys.readouterr().err == 'ragsieve build: error: the value was bad\n'
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+def test_an_unexpected_error_keeps_its_traceback():
+    def run(argv):
+        raise KeyError('a bug')
+
+    with pytest.raises(KeyError):
+        cli.run_and_report('build', run, [])
+
+
+def test_interrupted(capsys):
+    def run(argv):
+        raise KeyboardInterrupt
+
+    assert cli.run_and_report('query', run, []) == cli.INTERRUPTED
+    assert capsys.readouterr().err == 'ragsieve query: interrupted\n'
+
+
+def test_the_traceback_of_a_reported_error_on_request(capsys, monkeypatch):
+    monkeypatch.setenv(cli.TRACEBACK_ENV, '1')
+
+    def run(argv):
+        raise ValueError('the value was bad')
+
+    assert cli.run_and_report('build', run, []) == cli.FAILED
+    err = capsys.readouterr().err
+    assert 'Traceback (most recent call last)' in err and err.endswith('ragsieve build: error: the value was bad\n')
+
+
+@pytest.mark.parametrize('argv,line', [
+    (['build', '--chunk_size', 'abc'], "ragsieve build: error: --chunk_size: invalid int value: 'abc'"),
+    (['build', '--deltas', 'maybe'],
+     "ragsieve build: error: --deltas: invalid choice: 'maybe' (choose from 'on', 'off')"),
+    (['build', '--chunk_size', '1e9'], "ragsieve build: error: --chunk_size: invalid int value: '1e9'"),
+    (['build', '--input', 'in', '--output', 'out', '--num_shards', '100000'],
+     'ragsieve build: error: --num_shards must be 0 (from the input size) to 1024, got 100000'),
+    (['query', '--index', 'out', '--k', 'five', 'a question'],
+     "ragsieve query: error: --k: invalid int value: 'five'"),
+    (['evaluate', '--output', 'out', '--k'], 'ragsieve evaluate: error: --k: expected one argument'),
+])
+def test_a_bad_value_is_one_line_without_the_usage(argv, line):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    # Beam warns of a missing optional package when it is imported; nothing else is printed.
+    printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
+    assert printed == [line] and not done.stdout
+
+
+@pytest.mark.parametrize('setting,line', [
+    ('chunk_size: null', '{config}: chunk_size has no value (null)'),
+    ('config: other.yaml', '{config}: config: a config file cannot name another config file'),
+])
+def test_a_bad_config_value_is_one_line_naming_the_file_and_key(tmp_path, setting, line):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: in\noutput: out\n{setting}\n')
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--config', str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    printed = [s for s in done.stderr.splitlines() if not s.startswith('WARNING:root:apitools')]
+    assert len(printed) == 1 and printed[0].startswith('ragsieve build: error: '), done.stderr
+    assert line.format(config=config) in printed[0]
+
+
+def test_every_exit_status_is_documented_in_the_readme_and_docs():
+    from pipelines import reference
+
+    assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.DRIFT, cli.SYNC_FAILED, cli.REFUSED,
+                                   cli.INTERRUPTED}
+    table = cli.exit_codes_table()
+    for page in ('README.md', 'docs/cli.md'):
+        with open(f'{reference.DOCS}/../{page}', encoding='utf-8') as f:
+            assert table in f.read(), page
+
+
 def test_a_refused_publish_exits_with_its_own_status(capsys):
     from transforms.output.gates import REFUSED_EXIT_STATUS, Refused
 

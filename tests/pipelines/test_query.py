@@ -170,6 +170,21 @@ def test_cli_reports_a_corrupt_manifest_with_exit_2(index_dir, tmp_path, capsys)
     assert err.count('\n') == 1
 
 
+@pytest.mark.parametrize('manifest,problem', [
+    ({'counts': 5}, 'counts is 5, not an object'),
+    ([1, 2], 'it is [1, 2], not an object'),
+    ({'counts': {'chunks': '5'}}, 'counts.chunks is "5", not an integer'),
+    ({'counts': {'chunks': 5}, 'model': {'dim': 384}}, 'it has no config'),
+])
+def test_cli_reports_a_manifest_of_the_wrong_shape_with_exit_2(index_dir, tmp_path, capsys, manifest, problem):
+    broken = tmp_path / 'broken'
+    shutil.copytree(index_dir, broken)
+    (broken / 'manifest.json').write_text(json.dumps(manifest))
+    assert cli.main(['query', '--index', str(broken), 'question']) == cli.FAILED
+    err = capsys.readouterr().err
+    assert err == f'ragsieve query: error: {broken / "manifest.json"} is corrupt: {problem}\n'
+
+
 @pytest.mark.parametrize('content', [b'../../etc\n', b'\xff\xfe\n', b'', b'a b\n'])
 def test_bad_latest_is_reported_as_a_corrupt_latest(index_dir, tmp_path, capsys, content):
     root = tmp_path / 'root'

@@ -69,12 +69,15 @@ def parse_filters(spec: str) -> list[FilterSpec]:
 
     Raises:
       ValueError: For an empty item, unknown name, threshold on a filter that
-        takes none, unparsable or out-of-range threshold, or a filter listed
-        twice.
+        takes none, unparsable or out-of-range threshold, a filter listed
+        twice, or `none` with other filters.
     """
     items = [item.strip() for item in spec.split(',')]
     if items == ['none']:
         return []
+    if 'none' in items:
+        raise ValueError(f"'none' stands alone (it keeps every chunk): give --filter none, or filters "
+                         f'without it, not {spec!r}')
     out: list[FilterSpec] = []
     for item in items:
         if not item:

@@ -41,9 +41,9 @@ class FilterDef:
       default: Default threshold; None for a filter that takes none.
       ratio: The threshold is a share of chunks in [0, 1] (`random`), not a
         similarity in (0, 1].
-      near_copy_reasons: Its drop reasons whose dropped chunk is a near-copy
-        of its keeper, so that the sentences it adds stay as delta chunks
-        (`lineage.deltas`).
+      near_copy_reasons: Its drop reasons whose dropped chunk is a copy or a
+        near-copy of its keeper, so that its sentences that the kept chunk
+        representing it lacks stay as delta chunks (`lineage.deltas`).
       semantic: Those near-copies are semantic (few shared sentences):
         deltas only with `--semantic_deltas on`.
       needs: Features from `FEATURES` computed before it runs.

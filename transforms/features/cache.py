@@ -23,6 +23,7 @@ COMPLETE (a killed run) is never read.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import posixpath
 from typing import Iterable, Iterator, Mapping, Optional
 
@@ -39,6 +40,8 @@ from transforms.output.writers import WriteTable, write_parts
 from transforms.storage import delete_trees, write_bytes, write_json
 from transforms.text import text_key
 from transforms.types import Chunk
+
+LOG = logging.getLogger('ragsieve.cache')
 
 VALUE_TYPES = {
     'embedding': pa.list_(pa.float32()),
@@ -137,7 +140,7 @@ class CacheRun:
         read_from = {}
         for spec in specs:
             complete, _ = generations(spec.directory(root))
-            read_from[spec.feature] = complete[-1] if complete else None
+            read_from[spec.feature] = newest_readable(complete)
         return cls(root.rstrip('/'), specs, generation, read_from, num_shards)
 
     def entries_dir(self, spec: CacheSpec) -> str:
@@ -170,6 +173,33 @@ class CacheRun:
             complete, incomplete = generations(spec.directory(self.root))
             old = [g for g in complete + incomplete if posixpath.basename(g) != self.generation]
             delete_trees(old)
+
+
+def generation_problem(generation: str) -> Optional[str]:
+    """Why a complete generation cannot be read, in one line naming the file, or None (footers only)."""
+    legacy = posixpath.join(generation, LEGACY_ENTRIES_FILE)
+    try:
+        if FileSystems.exists(legacy):
+            tables.load_file(legacy, tables.read_schema)
+            return None
+    except ValueError as e:
+        return str(e)
+    return tables.table_problem(generation, ('key', 'value'))
+
+
+def newest_readable(complete: list[str]) -> Optional[str]:
+    """The newest of the complete generations that can be read, or None.
+
+    A damaged generation (a part deleted or overwritten) must not fail every
+    later run: it is warned of and passed over, and what it held is computed
+    again and written to this run's generation.
+    """
+    for generation in reversed(complete):
+        problem = generation_problem(generation)
+        if problem is None:
+            return generation
+        LOG.warning('a feature cache generation cannot be read, so it is not used: %s', problem)
+    return None
 
 
 def entries_pattern(generation: str) -> str:

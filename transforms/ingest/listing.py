@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import Optional
+from typing import Mapping, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -39,6 +39,40 @@ def expand_input(pattern: str) -> tuple[str, list[str]]:
         return posixpath.dirname(pattern), [pattern]
     root, matches = _match_input(pattern)
     return root, sorted(m.path for m in matches)
+
+
+def check_input(pattern: str, written: Mapping[str, Optional[str]]) -> None:
+    """Refuses an `--input` that lists no file, or that overlaps a directory the build writes.
+
+    Checked before anything loads. A build whose output lies inside its input
+    would read that output back the next time (and its staging and lock
+    files); an input inside the output would be replaced when the build
+    publishes.
+
+    Args:
+      pattern: `--input`.
+      written: `{flag: directory}` of what the build writes (`--output`, `--cache`; None: unset).
+
+    Raises:
+      ValueError: One line naming the flags.
+    """
+    root, paths = expand_input(pattern)
+    if not paths:
+        missing = not storage.is_remote(pattern) and not _GLOB_CHARS.search(pattern) and not os.path.lexists(pattern)
+        raise ValueError(f'--input {pattern!r} ' + ('does not exist' if missing else 'matches no file'))
+    for flag, directory in written.items():
+        if not directory:
+            continue
+        # A glob under the same root may not reach into `directory`: only the paths listed count.
+        if storage.is_within(directory, root) and (
+                _is_directory(pattern) or any(storage.is_within(p, directory) for p in paths)):
+            raise ValueError(
+                f'{flag} {directory!r} is inside --input {pattern!r}: the next build would read this '
+                f'one\'s files as input; choose a {flag} outside the input')
+        if storage.is_within(root, directory):
+            raise ValueError(
+                f'--input {pattern!r} is inside {flag} {directory!r}: the build would replace its own input; '
+                f'choose a {flag} outside the input')
 
 
 def input_bytes(pattern: str) -> int:

@@ -25,6 +25,7 @@ from transforms.ingest.reasons import (
     METADATA_TOO_LARGE,
     MISSING_ID,
     MISSING_TEXT,
+    NO_RECORDS,
     NOT_UTF8,
     TOO_LARGE,
     UNREADABLE,
@@ -102,9 +103,22 @@ def read_file(
         for record in _read_text(path, relative_id(path, root), data, limits):
             yield with_source(record, data)
     elif fmt is formats.JSONL:
-        yield from _read_jsonl(path, data, limits)
+        yield from or_no_records(path, _read_jsonl(path, data, limits), 'only blank lines')
     else:
-        yield from _read_parquet(path, data, limits)
+        yield from or_no_records(path, _read_parquet(path, data, limits), 'zero rows')
+
+
+def or_no_records(path: str, parsed: Iterable[Record], what: str) -> Iterator[Record]:
+    """The records of a file of records, or one `no_records` rejection when it held none.
+
+    A file leaves a trace even when it held nothing to index or reject.
+    """
+    empty = True
+    for record in parsed:
+        empty = False
+        yield record
+    if empty:
+        yield Rejected(path, None, NO_RECORDS, f'the file holds no record ({what})')
 
 
 def extracted_document(
@@ -139,6 +153,10 @@ def _decode(source: str, doc_id: Optional[str], data: bytes) -> Union[str, Rejec
 
 
 def _read_text(path, doc_id, data, limits) -> Iterator[Record]:
+    # Editors on Windows start UTF-8 files with a BOM: a marker, not text (as in .jsonl).
+    # source_bytes and source_hash (`with_source`) still describe the file as it is.
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
     text = _decode(path, doc_id, data)
     if isinstance(text, Rejected):
         yield text

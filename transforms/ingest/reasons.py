@@ -14,6 +14,8 @@ DUPLICATE_DOC_ID = 'duplicate_doc_id'
 UNSUPPORTED_TYPE = 'unsupported_type'
 INVALID_UNICODE = 'invalid_unicode'
 METADATA_TOO_LARGE = 'metadata_too_large'
+# A JSONL or Parquet file that parsed but held no record: still one row, so every listed path comes out.
+NO_RECORDS = 'no_records'
 # Listed paths that are no regular file (see `listing.file_problem`); never opened.
 SPECIAL_FILE = 'special_file'
 BROKEN_LINK = 'broken_link'
@@ -33,6 +35,7 @@ MEANINGS = {
     UNSUPPORTED_TYPE: 'a file of no supported format',
     INVALID_UNICODE: 'unpaired surrogates in a text or an id',
     METADATA_TOO_LARGE: 'metadata larger than `--max_metadata_bytes` as JSON (it is copied into every chunk)',
+    NO_RECORDS: 'a `.jsonl` of blank lines only, or a `.parquet` of zero rows: a file that holds no record',
     SPECIAL_FILE: 'a FIFO, socket or device: never opened',
     BROKEN_LINK: 'a dangling symbolic link or a link loop',
     REPEATED_DIRECTORY: 'a second link to a directory already read',

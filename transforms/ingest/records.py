@@ -16,7 +16,8 @@ hold are converted losslessly where a conversion exists, and documented here:
 
 Anything else that is not plain JSON (deeper than MAX_METADATA_DEPTH, an
 unpaired surrogate, a key that is not a string, more than `max_bytes` once
-serialized, a recency value no date can hold) is a `MetadataError`.
+serialized, a number under a recency key that no date can hold: 1e400 and
+NaN too) is a `MetadataError`.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def metadata_json(metadata: Any, max_bytes: int = DEFAULT_MAX_METADATA_BYTES) ->
     Raises:
       MetadataError: If it cannot be stored, with the path of the bad value.
     """
+    # Before conversion, which turns NaN and Infinity into strings (neutral at query time).
+    check_recency(metadata)
     value = _convert(metadata, '', 0)
-    check_recency(value)
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
     size = len(text.encode('utf-8'))
     if size > max_bytes:
@@ -94,10 +96,13 @@ def metadata_json(metadata: Any, max_bytes: int = DEFAULT_MAX_METADATA_BYTES) ->
 
 
 def check_recency(metadata: dict) -> None:
-    """Refuses a number under a recency key that no date can hold (e.g. 10**400).
+    """Refuses a number under a recency key that no date can hold (10**400, 1e400, NaN).
 
     Queries rank by these keys (see `transforms/retrieval.py`); a string that is
-    no date stays neutral there, but a number is meant as POSIX seconds.
+    no date stays neutral there, but a number is meant as POSIX seconds, and
+    one rule holds for every number: it must fall in `parse_timestamp`'s range
+    (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z), infinities and NaN
+    included, whether it came as an integer or a float.
 
     Raises:
       MetadataError: Naming the key.
@@ -105,7 +110,8 @@ def check_recency(metadata: dict) -> None:
     for key in RECENCY_KEYS:
         value = metadata.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and parse_timestamp(value) is None:
-            shown = f'a {len(str(abs(value)))}-digit integer' if isinstance(value, int) else repr(value)
+            shown = (f'a {len(str(abs(value)))}-digit integer' if isinstance(value, int) and abs(value) > 10**30
+                     else repr(value))
             raise MetadataError(f'metadata "{key}" is {shown}: not POSIX seconds of a date in years 1-9999')
 
 
@@ -157,28 +163,31 @@ def _iso_duration(delta: datetime.timedelta) -> str:
 
 # Top-level metadata keys read as the document's timestamp, first usable one wins.
 RECENCY_KEYS = ('updated_at', 'timestamp', 'date', 'created_at')
-_MIN_SECONDS = datetime.datetime(1, 1, 2, tzinfo=datetime.timezone.utc).timestamp()
-_MAX_SECONDS = datetime.datetime(9999, 12, 31, tzinfo=datetime.timezone.utc).timestamp()
+# The dates a timestamp may name, in UTC: those `datetime` holds, its first and last instant included.
+_MIN_SECONDS = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc).timestamp()
+_MAX_SECONDS = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def parse_timestamp(value) -> Optional[float]:
     """A metadata value as POSIX seconds, or None if it is not a timestamp.
 
     Strings are read as ISO-8601 (`2024-05-01`, `2024-05-01T10:00:00Z`,
-    offsets); times without a zone are taken as UTC. Numbers are POSIX seconds
-    of the years 1-9999 (others, NaN included, are no timestamp). Never raises.
+    offsets); times without a zone are taken as UTC. Numbers are POSIX
+    seconds. Either must name an instant from 0001-01-01T00:00:00Z to
+    9999-12-31T23:59:59.999999Z, both included (others, NaN and infinities
+    too, are no timestamp). Never raises.
     """
     if isinstance(value, bool):
         return None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value.strip())
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+            value = parsed.timestamp()
+        except (ValueError, OverflowError):  # not ISO 8601, or a zone that leaves the years 1-9999
+            return None
     if isinstance(value, (int, float)):
-        # Beyond the years 1-9999 no date exists; float() of a huge int would raise.
+        # Comparing first: float() of a huge int would raise.
         return float(value) if _MIN_SECONDS <= value <= _MAX_SECONDS else None
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.strip())
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-        return parsed.timestamp()
-    except (ValueError, OverflowError):  # not ISO 8601, or a zone that leaves the years 1-9999
-        return None
+    return None

@@ -1,29 +1,36 @@
-"""Delta chunks: the sentences a near-duplicate has that its keeper lacks stay in the index.
+"""Delta chunks: the sentences a dropped duplicate has that the kept chunk representing it lacks.
 
-A chunk dropped as a lexical near-duplicate (`minhash`, `intra_doc_near`;
-`similarity*` only with `FilterConfig.semantic_deltas`) usually differs from
-its keeper by a few sentences: a version number changed, a bullet added. Those
-sentences are what a user of the newer document asks about, so each run of
-adjacent novel sentences becomes a delta chunk: a span of the dropped chunk's
-own document (`doc[char_start:char_end] == text`), embedded and searchable,
-`kind = 'delta'`, chunk_id `{dropped chunk_id}~delta{k}`.
+A chunk dropped as a copy or a lexical near-copy (`exact`, `minhash`,
+`intra_doc_near`; `similarity*` only with `FilterConfig.semantic_deltas`)
+usually differs from the chunk kept for it by a few sentences: a version
+number changed, a bullet added. Those sentences are what a user of the newer
+document asks about, so each run of adjacent novel sentences becomes a delta
+chunk: a span of the dropped chunk's own document (`doc[char_start:char_end]
+== text`), embedded and searchable, `kind = 'delta'`, chunk_id
+`{dropped chunk_id}~delta{k}`, `delta_of` = the kept chunk.
 
-Sentences are cut by a regular expression (`sentence_spans`): after `.`, `!`
-or `?` (and one closing quote or bracket) followed by whitespace, and at every
-line break, so list items and headings are sentences of their own. It is
-deterministic, needs no model and runs in linear time; a wrong cut (after
-"e.g.") only makes two smaller units, both compared the same way.
+The comparison is with the kept chunk that represents the dropped one (the
+end of its `duplicate_of` chain, `lineage.represents`), not with the chunk it
+was dropped for: that one may be dropped later in the cascade, and a
+sentence only a dropped chunk holds is not in the index. For the same reason
+exact copies are compared too: 3.13's copy of a 3.12 chunk that was dropped
+as a near-copy of 3.11's carries 3.12's news; its delta equals 3.12's, is
+merged into it and lists it (`merge_equal_deltas`), so a query restricted to
+3.13 finds it.
 
-A sentence of the dropped chunk is *covered* when one sentence of the keeper
-holds at least `COVERAGE` (80%) of its word n-grams (n = 4, or the sentence's
-length when shorter) **and** every token of it that contains a digit. The
-digit clause is the justified addition to the 80% rule: in a sentence of 23
-words or more, changing "Unicode 15.0.0" to "15.1.0" touches at most 4 of its
-4-grams, so the n-gram rule alone would call it covered and lose exactly the
-news. A delta is kept when it has at least `MIN_DELTA_WORDS` (3) word tokens,
-so runs that are only whitespace, punctuation or a stray word are not. Deltas
-against one keeper with the same normalized text are merged into one
-(`merge_equal_deltas`).
+Sentences are a reader's (`lineage.sentences`: wrapped lines joined, list
+items, headings, table rows and code lines apart), and a sentence is news
+unless the kept chunk covers it (`sentences.is_covered`: 80% of its word
+4-grams and every token with a digit in one kept sentence). A delta is made
+of whole sentences and reads on its own:
+- a run of fewer than `MIN_DELTA_WORDS` tokens (a heading "3.13.1", a bullet
+  "- Python 3.13") takes in the sentence after it (before it at the chunk's
+  end), so the changed words come with what they are about;
+- a run at the chunk's edge whose sentence the chunker cut (a long wrapped
+  paragraph split at a line) is extended to that sentence's start or end in
+  the document, by at most `MAX_WIDEN_CHARS`, so "Unicode 15.1.0 can be
+  found at ..." keeps its subject.
+Deltas against one kept chunk with the same normalized text are merged.
 """
 
 from __future__ import annotations
@@ -36,14 +43,14 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.chunking.chunkers import token_offsets
-from transforms.dedup import registry
 from transforms.features.embedding import EmbeddingConfig, SharedModel, embed_texts
-from transforms.text import content_hash, normalize_text
+from transforms.lineage.sentences import DocumentSentences, KeptText, Span, is_covered, sentence_spans, tokens
+from transforms.text import content_hash
 from transforms.types import DELTA, Chunk, Dropped
 
-NGRAM = 4
-COVERAGE = 0.8
 MIN_DELTA_WORDS = 3
+# A sentence longer than this on the other side of a chunk edge is cut at a space (~100 tokens).
+MAX_WIDEN_CHARS = 400
 DELTA_SEPARATOR = '~delta'
 
 COUNTER_NAMESPACE = 'deltas'
@@ -52,115 +59,149 @@ COUNTER_DELTAS = 'deltas'
 COUNTER_EMBEDDED = 'embedded'
 COUNTER_MERGED = 'merged'
 
-# A sentence ends after . ! ? (and one closing quote or bracket) before whitespace, or at a line break.
-_SENTENCE_BREAK = re.compile(r'(?:(?<=[.!?])|(?<=[.!?]["\'\)\]]))\s+|\s*\n\s*')
-# Words and numbers; "15.1.0" and "utf-8" stay one token, so a changed version is one changed token.
-_TOKEN = re.compile(r'\w(?:[\w.\-]*\w)?')
+_SPACE = re.compile(r'\s+')
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """`(start, end)` of each sentence of `text`, stripped of surrounding whitespace, in order."""
-    spans = []
-    start = 0
-    for match in _SENTENCE_BREAK.finditer(text):
-        spans.append((start, match.start()))
-        start = match.end()
-    spans.append((start, len(text)))
-    out = []
-    for s, e in spans:
-        piece = text[s:e]
-        stripped = piece.strip()
-        if stripped:
-            s += len(piece) - len(piece.lstrip())
-            out.append((s, s + len(stripped)))
-    return out
+@dataclasses.dataclass(frozen=True)
+class Duplicate:
+    """A dropped chunk with a keeper, ready to be compared with the kept chunk that represents it.
+
+    Attributes:
+      dropped: The dropped row; its chunk carries text, offsets and metadata, no features.
+      keeper: chunk_id of the kept chunk that represents it.
+      before: The document's text from the start of the chunk's first
+        sentence to the chunk's start: '' when the chunk starts a sentence.
+      after: The document's text from the chunk's end to the end of its
+        last sentence: '' when the chunk ends one.
+      sentences: The chunk's sentences as offsets into its text, from its
+        document's (`DocumentSentences.clip`); None: those of the text alone.
+    """
+
+    dropped: Dropped
+    keeper: str
+    before: str = ''
+    after: str = ''
+    sentences: Optional[tuple[Span, ...]] = None
+
+    def sentence_spans(self) -> Sequence[Span]:
+        """The chunk's sentences, as offsets into its text."""
+        text = self.dropped.chunk.text
+        return sentence_spans(text) if self.sentences is None else self.sentences
 
 
-def tokens(text: str) -> list[str]:
-    """Normalized word tokens (NFKC, casefolded; see `text.normalize_text`)."""
-    return _TOKEN.findall(normalize_text(text))
+def sentence_context(document: DocumentSentences, start: int, end: int) -> tuple[str, str]:
+    """`(before, after)` for a chunk `[start, end)` of a document: the parts of the sentences it cuts.
+
+    Returns:
+      The text of the sentence holding `start` before it, and of the one
+      holding `end` after it, each at most MAX_WIDEN_CHARS and cut at a
+      space beyond that.
+    """
+    text = document.text
+    before = after = ''
+    first, last = document.around(start), document.around(end)
+    if first:
+        begin = first[0]
+        if start - begin > MAX_WIDEN_CHARS:
+            space = _SPACE.search(text, start - MAX_WIDEN_CHARS, start)
+            begin = space.end() if space else start
+        before = text[begin:start]
+    if last:
+        stop = last[1]
+        if stop - end > MAX_WIDEN_CHARS:
+            space = max(text.rfind(c, end, end + MAX_WIDEN_CHARS) for c in ' \t\n')
+            stop = space if space > end else end
+        after = text[end:stop].rstrip()
+    return before, after
 
 
-def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def is_covered(sentence: Sequence[str], keeper_sentences: Sequence[Sequence[str]]) -> bool:
-    """Whether a keeper sentence holds >= COVERAGE of `sentence`'s n-grams and all its digit tokens.
+def novel_runs(sentences: Sequence[Sequence[str]], kept: KeptText) -> list[tuple[int, int]]:
+    """`[i, j)` ranges of adjacent sentences the kept ones do not cover, widened to MIN_DELTA_WORDS tokens.
 
     Args:
-      sentence: Tokens of one sentence of the dropped chunk (`tokens`).
-      keeper_sentences: Tokens of each sentence of the keeper.
+      sentences: Tokens of each sentence of the dropped chunk, in order.
+      kept: The sentences of the kept chunk.
 
     Returns:
-      True when nothing of the sentence is news; always for a sentence without tokens.
+      Disjoint, non-adjacent ranges in order; a short run takes in the
+      sentences after it (before it at the end) until it has
+      MIN_DELTA_WORDS tokens or the chunk has no more.
     """
-    if not sentence:
-        return True
-    n = min(NGRAM, len(sentence))
-    grams = _ngrams(sentence, n)
-    numbers = {t for t in sentence if any(ch.isdigit() for ch in t)}
-    for other in keeper_sentences:
-        if len(other) < n or not numbers <= set(other):
-            continue
-        if len(grams & _ngrams(other, n)) >= COVERAGE * len(grams):
-            return True
-    return False
-
-
-def novel_spans(text: str, keeper_text: str) -> list[tuple[int, int]]:
-    """Spans of `text` made of adjacent sentences the keeper does not cover.
-
-    Returns:
-      `(start, end)` offsets into `text`, one per run of adjacent novel
-      sentences (from the first one's start to the last one's end), keeping
-      only runs of at least MIN_DELTA_WORDS tokens.
-    """
-    keeper = [tokens(keeper_text[s:e]) for s, e in sentence_spans(keeper_text)]
     runs: list[list[int]] = []
-    previous_novel = False
-    for s, e in sentence_spans(text):
-        novel = not is_covered(tokens(text[s:e]), keeper)
-        if novel and previous_novel:
-            runs[-1][1] = e
-        elif novel:
-            runs.append([s, e])
-        previous_novel = novel
-    return [(s, e) for s, e in runs if len(tokens(text[s:e])) >= MIN_DELTA_WORDS]
+    for i, sentence in enumerate(sentences):
+        if is_covered(sentence, kept):
+            continue
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    out: list[list[int]] = []
+    for i, j in runs:
+        while sum(len(s) for s in sentences[i:j]) < MIN_DELTA_WORDS and (j < len(sentences) or i > 0):
+            if j < len(sentences):
+                j += 1
+            else:
+                i -= 1
+        if out and i <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], j)
+        else:
+            out.append([i, j])
+    return [(i, j) for i, j in out]
 
 
-def delta_chunks(dropped: Dropped, keeper_text: str) -> list[Chunk]:
-    """The delta chunks of a near-duplicate, against the text of the chunk it was dropped for.
+def novel_spans(text: str, kept: KeptText, spans: Optional[Sequence[Span]] = None) -> list[Span]:
+    """`(start, end)` offsets into `text` of its delta runs (`novel_runs`), first sentence to last.
+
+    Args:
+      text: The dropped chunk's text.
+      kept: The sentences of the kept chunk.
+      spans: The text's sentences; by default those of the text alone.
+    """
+    spans = sentence_spans(text) if spans is None else spans
+    runs = novel_runs([tokens(text[s:e]) for s, e in spans], kept)
+    return [(spans[i][0], spans[j - 1][1]) for i, j in runs]
+
+
+def delta_chunks(duplicate: Duplicate, kept: KeptText) -> list[Chunk]:
+    """The delta chunks of a duplicate, against the sentences of the kept chunk representing it.
+
+    Args:
+      duplicate: The dropped chunk, with the document text around its edges.
+      kept: The sentences of the kept chunk (`sentences.KeptText`).
 
     Returns:
       Chunks `{chunk_id}~delta{k}` with the dropped chunk's doc_id,
       chunk_index and metadata, exact offsets into its document,
-      `kind='delta'` and `delta_of` = the direct keeper (the build then
-      resolves it to the final one, `transforms.lineage`); no embedding and
+      `kind='delta'` and `delta_of` = the kept chunk; no embedding and
       n_tokens 0 until `EmbedDeltas`.
     """
-    chunk = dropped.chunk
+    chunk = duplicate.dropped.chunk
+    if kept.holds(chunk.content_hash):
+        return []
     out = []
-    for k, (s, e) in enumerate(novel_spans(chunk.text, keeper_text)):
-        text = chunk.text[s:e]
+    for k, (s, e) in enumerate(novel_spans(chunk.text, kept, duplicate.sentence_spans())):
+        before = duplicate.before if s == 0 else ''
+        after = duplicate.after if e == len(chunk.text) else ''
+        text = before + chunk.text[s:e] + after
+        start = chunk.char_start + s - len(before)
         out.append(Chunk(
             chunk_id=f'{chunk.chunk_id}{DELTA_SEPARATOR}{k}',
             doc_id=chunk.doc_id,
             chunk_index=chunk.chunk_index,
             text=text,
-            char_start=chunk.char_start + s,
-            char_end=chunk.char_start + e,
+            char_start=start,
+            char_end=start + len(text),
             n_tokens=0,
             content_hash=content_hash(text),
             metadata=chunk.metadata,
             kind=DELTA,
-            delta_of=dropped.duplicate_of,
+            delta_of=duplicate.keeper,
         ))
     return out
 
 
 def merge_equal_deltas(deltas: Iterable[Chunk]) -> list[Chunk]:
-    """Keeps one delta per normalized text among the deltas against one keeper.
+    """Keeps one delta per normalized text among the deltas against one kept chunk.
 
     Two releases that both add the same bullet to the same paragraph give
     the same delta twice; the first by `Chunk.sort_key` is kept and lists the
@@ -186,71 +227,6 @@ def source_of(delta_id: str) -> str:
 
 
 # --- Beam ------------------------------------------------------------------------------
-
-
-def _keeper_text(chunk: Chunk) -> tuple[str, str]:
-    return chunk.chunk_id, chunk.text
-
-
-def _keyed_by_keeper(dropped: Dropped) -> tuple[str, Dropped]:
-    # Only the text, offsets and metadata are needed: the features would only weigh on the shuffle.
-    light = dataclasses.replace(dropped.chunk, embedding=None, minhash=None, entities=None)
-    return dropped.duplicate_of, dataclasses.replace(dropped, chunk=light)
-
-
-def _is_delta_source(dropped: Dropped, reasons: frozenset) -> bool:
-    return dropped.reason in reasons and dropped.duplicate_of is not None
-
-
-class _DeltasOfKeeperFn(beam.DoFn):
-    """One keeper's text and its near-duplicates -> their delta chunks, equal ones merged."""
-
-    def setup(self):
-        self._sources = Metrics.counter(COUNTER_NAMESPACE, COUNTER_SOURCES)
-        self._deltas = Metrics.counter(COUNTER_NAMESPACE, COUNTER_DELTAS)
-        self._merged = Metrics.counter(COUNTER_NAMESPACE, COUNTER_MERGED)
-
-    def process(self, element):
-        _, grouped = element
-        texts = list(grouped['keeper'])
-        if not texts:
-            return
-        found = []
-        for dropped in grouped['dropped']:
-            found.extend(delta_chunks(dropped, texts[0]))
-            self._sources.inc()
-        kept = merge_equal_deltas(found)
-        self._deltas.inc(len(kept))
-        self._merged.inc(len(found) - len(kept))
-        yield from kept
-
-
-class ExtractDeltas(beam.PTransform):
-    """Delta chunks of the near-duplicate drops.
-
-    Input: a dict with 'chunks' (PCollection[Chunk]: every chunk before
-    filtering, so the keeper's text is found whichever filter dropped its
-    duplicate) and 'dropped' (PCollection[Dropped]). Output:
-    PCollection[Chunk] of kind delta, not embedded. The keeper's text reaches
-    its duplicates through a CoGroupByKey on the keeper's chunk_id.
-    """
-
-    def __init__(self, semantic: bool = False):
-        super().__init__()
-        self._reasons = registry.delta_reasons(semantic)
-
-    def expand(self, pcolls):
-        texts = pcolls['chunks'] | 'KeyKeeperTexts' >> beam.Map(_keeper_text)
-        near = (
-            pcolls['dropped']
-            | 'SelectNearDuplicates' >> beam.Filter(_is_delta_source, self._reasons)
-            | 'KeyByKeeper' >> beam.Map(_keyed_by_keeper)
-        )
-        return (
-            {'keeper': texts, 'dropped': near}
-            | 'JoinKeeperText' >> beam.CoGroupByKey()
-            | 'NovelSentences' >> beam.ParDo(_DeltasOfKeeperFn())
-        )
 
 
 class _EmbedDeltasFn(beam.DoFn):
@@ -287,8 +263,3 @@ class EmbedDeltas(beam.PTransform):
             | 'BatchDeltas' >> beam.BatchElements(max_batch_size=self._config.batch_size * 4)
             | 'Embed' >> beam.ParDo(_EmbedDeltasFn(self._model, self._config.batch_size))
         )
-
-
-def resolve_delta_of(delta: Chunk, final_keeper: Optional[str]) -> Chunk:
-    """The delta pointing at the kept chunk representing its source (None when none does)."""
-    return dataclasses.replace(delta, delta_of=final_keeper)

@@ -24,7 +24,8 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from transforms.features.embedding import EmbeddingConfig, SharedModel
-from transforms.lineage.deltas import EmbedDeltas, ExtractDeltas, resolve_delta_of, source_of
+from transforms.lineage.deltas import EmbedDeltas
+from transforms.lineage.duplicates import TALLIES, CompareWithKeepers
 from transforms.types import Chunk, Dropped
 
 COUNTER_NAMESPACE = 'lineage'
@@ -205,22 +206,6 @@ class AttachRepresents(beam.PTransform):
         )
 
 
-def _delta_by_source(delta: Chunk) -> tuple[str, Chunk]:
-    return source_of(delta.chunk_id), delta
-
-
-def _final_keeper_by_source(resolved: tuple[str, Link]) -> tuple[str, str]:
-    keeper, link = resolved
-    return link.chunk_id, keeper
-
-
-def _point_at_final_keeper(element):
-    _, grouped = element
-    keepers = list(grouped['keeper'])
-    for delta in grouped['delta']:
-        yield resolve_delta_of(delta, keepers[0] if keepers else None)
-
-
 class _CountOrphansFn(beam.DoFn):
     def setup(self):
         self._orphans = Metrics.counter(COUNTER_NAMESPACE, COUNTER_ORPHANS)
@@ -231,13 +216,15 @@ class _CountOrphansFn(beam.DoFn):
 
 
 class TraceDuplicates(beam.PTransform):
-    """Lineage and deltas of a filtered corpus: what the index keeps of each dropped chunk.
+    """Lineage, deltas and the lossless audit of a filtered corpus: what the index keeps of each dropped chunk.
 
-    Input: a dict with 'chunks' (every embedded chunk before filtering),
-    'kept' (PCollection[Chunk]) and 'dropped' (PCollection[Dropped]).
-    Output: PCollection[Chunk]: the kept chunks with `represents` set, plus
-    (with `deltas`) the embedded delta chunks, each with `delta_of` the kept
-    chunk representing its source.
+    Input: a dict with 'documents' (PCollection[Document]), 'kept'
+    (PCollection[Chunk]) and 'dropped' (PCollection[Dropped]). Output:
+    {'chunks': PCollection[Chunk]: the kept chunks with `represents` set,
+    plus (with `deltas`) the embedded delta chunks, each with `delta_of` the
+    kept chunk representing its source; 'tallies':
+    PCollection[lossless.Tally], the audit of every dropped duplicate's
+    sentences against them (`lineage.lossless`)}.
     """
 
     def __init__(self, hops: int, deltas: bool, semantic_deltas: bool,
@@ -253,17 +240,12 @@ class TraceDuplicates(beam.PTransform):
         lineage = pcolls['dropped'] | 'ResolveLineage' >> ResolveLineage(self._hops)
         _ = lineage[ORPHANS] | 'CountOrphans' >> beam.ParDo(_CountOrphansFn())
         kept = {'kept': pcolls['kept'], RESOLVED: lineage[RESOLVED]} | 'AttachRepresents' >> AttachRepresents()
+        compared = (
+            {'documents': pcolls['documents'], 'kept': pcolls['kept'], 'dropped': pcolls['dropped'],
+             'resolved': lineage[RESOLVED]}
+            | 'CompareWithKeepers' >> CompareWithKeepers(self._deltas, self._semantic)
+        )
         if not self._deltas:
-            return kept
-        deltas = (
-            {'chunks': pcolls['chunks'], 'dropped': pcolls['dropped']}
-            | 'ExtractDeltas' >> ExtractDeltas(self._semantic)
-        )
-        deltas = (
-            {'delta': deltas | 'KeyDeltaBySource' >> beam.Map(_delta_by_source),
-             'keeper': lineage[RESOLVED] | 'KeyFinalKeeper' >> beam.Map(_final_keeper_by_source)}
-            | 'JoinFinalKeeper' >> beam.CoGroupByKey()
-            | 'PointAtFinalKeeper' >> beam.FlatMap(_point_at_final_keeper)
-            | 'EmbedDeltas' >> EmbedDeltas(self._model, self._embedding)
-        )
-        return (kept, deltas) | 'KeptAndDeltas' >> beam.Flatten()
+            return {'chunks': kept, TALLIES: compared[TALLIES]}
+        deltas = compared['deltas'] | 'EmbedDeltas' >> EmbedDeltas(self._model, self._embedding)
+        return {'chunks': (kept, deltas) | 'KeptAndDeltas' >> beam.Flatten(), TALLIES: compared[TALLIES]}

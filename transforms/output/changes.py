@@ -36,11 +36,36 @@ def _parts(directory: str, name: str, columns: list[str]):
     return tables.iter_parts(path, columns)
 
 
+# The tables `load_state` reads, with their columns; a build before documents/ existed lacks that one.
+STATE_TABLES = ((tables.DOCUMENTS_DIR, ('doc_id', 'text_key')), (tables.CHUNKS_DIR, ('chunk_id', 'text')),
+                (tables.DROPPED_DIR, ('chunk_id', 'text')))
+OPTIONAL_TABLES = (tables.DOCUMENTS_DIR,)
+
+
+def state_problem(directory: str) -> Optional[str]:
+    """Why `load_state` could not read a finished build, in one line naming the file, or None.
+
+    Checked before a build runs (`tables.table_problem`: footers only), so
+    that a damaged previous build is known, and left aside, up front.
+    """
+    for name, columns in STATE_TABLES:
+        path = posixpath.join(directory, name)
+        if name in OPTIONAL_TABLES and not FileSystems.exists(path):
+            continue
+        problem = tables.table_problem(path, columns)
+        if problem:
+            return problem
+    return None
+
+
 def load_state(directory: str) -> BuildState:
     """Reads the documents/, chunks/ and dropped/ tables of a finished build.
 
     Parts are read one at a time and texts reduced to their hashes, so the
     state holds ids and hashes, never the chunk texts.
+
+    Raises:
+      ValueError: Naming the part that cannot be read (see `state_problem`).
     """
     documents = {}
     # Builds from before documents/ existed report no document changes.

@@ -23,9 +23,9 @@ _EPSILON = 1e-9
 
 
 class Refused(Exception):
-    """A run that is complete but that its gates kept from being published (exit status 5)."""
+    """A run that is complete but that its gates kept from being published (exit status 5: `exit_code`, which the command reports)."""
 
-    exit_status = REFUSED_EXIT_STATUS
+    exit_code = REFUSED_EXIT_STATUS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import storage
@@ -56,10 +55,19 @@ class IndexConfig:
     def check(self, dim: int) -> None:
         """Builds an empty index of this type, so a bad string fails before the pipeline runs.
 
+        How many vectors the corpus gives is known only once its chunks are
+        written; a training sample too small for the type whatever the
+        corpus is refused here.
+
         Raises:
-          ValueError: If FAISS does not know the index type.
+          ValueError: If FAISS does not know the index type, or
+            `train_size` is below the fewest vectors it trains on.
         """
-        new_index(dim, self.index_type)
+        need = min_training_vectors(new_index(dim, self.index_type))
+        if self.train_size < need:
+            raise ValueError(
+                f'--index_train_size {self.train_size} is below the {need} vectors a {self.index_type!r} '
+                'index needs to train on')
 
 
 def new_index(dim: int, index_type: str):
@@ -74,6 +82,32 @@ def new_index(dim: int, index_type: str):
         return faiss.index_factory(dim, index_type, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         raise ValueError(f'--index_type {index_type!r} is not a FAISS index_factory string: {e}') from e
+
+
+def min_training_vectors(index) -> int:
+    """The fewest vectors FAISS trains an index on: one per IVF list, one per centroid of a product quantizer.
+
+    FAISS's k-means refuses fewer points than centroids; the parts of a
+    composite index (a transform, an ID map, HNSW's storage, a refinement's
+    base) are searched for both.
+    """
+    import faiss
+
+    need = 1
+    pending = [index]
+    while pending:
+        part = faiss.downcast_index(pending.pop())
+        nlist = getattr(part, 'nlist', None)
+        if isinstance(nlist, int):
+            need = max(need, nlist)
+        pq = getattr(part, 'pq', None)
+        if pq is not None:
+            need = max(need, pq.ksub)
+        for child in ('index', 'storage', 'base_index'):
+            sub = getattr(part, child, None)
+            if isinstance(sub, faiss.Index):
+                pending.append(sub)
+    return need
 
 
 def sample_key(chunk_id: str) -> int:
@@ -141,12 +175,17 @@ def assemble_faiss(chunks_dir: str, dim: int, config: IndexConfig, ids_file) -> 
         if not index.is_trained:
             sample = training_sample(chunks_dir, dim, config.train_size)
             if len(sample):
+                need = min_training_vectors(index)
                 try:
+                    if len(sample) < need:
+                        raise RuntimeError(f'it needs at least {need}')
                     index.train(sample)
                 except RuntimeError as e:
+                    # FAISS's own messages are a C++ signature and a file: keep what it says last.
+                    why = str(e).strip().splitlines()[-1].split('failed: ')[-1] if str(e).strip() else ''
                     raise ValueError(
-                        f'cannot train a {config.index_type!r} index on {len(sample)} vectors ({e}); '
-                        'choose a smaller index type for this corpus, e.g. Flat or HNSW32') from e
+                        f'cannot train a {config.index_type!r} index on the {len(sample)} vectors of this corpus '
+                        f'({why}); choose a smaller index type for it, e.g. Flat or HNSW32') from e
         with pq.ParquetWriter(ids_file, tables.IDS_SCHEMA, compression='zstd') as ids:
             for part in tables.iter_parts(chunks_dir, ['chunk_id', 'embedding']):
                 if not part.num_rows:
@@ -170,11 +209,11 @@ def write_faiss(total_rows: int, output: str, dim: int, config: IndexConfig) -> 
     import faiss
 
     publish.checkpoint('chunks_written')
-    with FileSystems.create(posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)) as ids_file:
+    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)) as ids_file:
         index = assemble_faiss(posixpath.join(output, tables.CHUNKS_DIR), dim, config, ids_file)
     if index.ntotal != total_rows:
         raise RuntimeError(f'the FAISS index holds {index.ntotal} vectors, the chunk parts {total_rows} rows')
-    with FileSystems.create(posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)) as f:
+    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)) as f:
         faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
     return index.ntotal
 

@@ -38,9 +38,10 @@ REPORT_FILE = 'report.html'
 PART_PREFIX = 'part-'
 PART_SUFFIX = '.parquet'
 
-# `--num_shards` default: one part per this much input, at most MAX_DEFAULT_SHARDS.
+# `--num_shards` default: one part per this much input; never more than MAX_SHARDS parts,
+# whether sized from the input or given (every part is a file of every table, empty or not).
 SHARD_INPUT_BYTES = 2 << 20
-MAX_DEFAULT_SHARDS = 1024
+MAX_SHARDS = 1024
 
 # Keys the shard hash, so sharding does not correlate with other blake2 uses of the same ids.
 _SHARD_PERSON = b'ragsieve-shard'
@@ -61,7 +62,7 @@ CHUNK_SCHEMA = pa.schema(
         ('entities', pa.list_(pa.string())),
         ('topic', pa.int32()),
         ('salience', pa.float32()),
-        # 'chunk', or 'delta': novel sentences of a near-duplicate (transforms/lineage/deltas.py).
+        # 'chunk', or 'delta': novel sentences of a dropped duplicate (transforms/lineage/deltas.py).
         ('kind', pa.string()),
         # For a delta, the kept chunk representing the chunk it comes from.
         ('delta_of', pa.string()),
@@ -120,7 +121,7 @@ COLUMN_DOCS = {
         'entities': '`LABEL:text` names, when a filter needed entities; else null',
         'topic': 'KMeans topic, when a `*_topics` filter ran; else null',
         'salience': 'cosine to the document\'s mean embedding after boosts, when `intra_doc` ran',
-        'kind': '`chunk`, or `delta`: sentences of a near-duplicate its keeper lacks',
+        'kind': '`chunk`, or `delta`: whole sentences of a dropped duplicate that the kept chunk lacks',
         'delta_of': 'for a delta, the kept chunk that represents the chunk it comes from',
         'represents': '`{chunk_id, doc_id}` of every chunk dropped as its duplicate, through the whole cascade',
     },
@@ -214,14 +215,14 @@ def part_name(shard: int, num_shards: int) -> str:
 
 
 def default_num_shards(input_bytes: int) -> int:
-    """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_DEFAULT_SHARDS.
+    """The `--num_shards` default: one part per SHARD_INPUT_BYTES of input, 1 to MAX_SHARDS.
 
     The corpus size is not known when the pipeline is built, its input's size
     is (file sizes, without reading them). A part then holds the rows of
     about 2 MiB of text (14k chunks of 48 tokens, 20 MB of float32
     embeddings): what a worker holds while it writes it.
     """
-    return max(1, min(MAX_DEFAULT_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
+    return max(1, min(MAX_SHARDS, -(-input_bytes // SHARD_INPUT_BYTES)))
 
 
 def part_paths(directory: str) -> list[str]:
@@ -267,6 +268,36 @@ def load_file(path: str, load):
         raise ValueError(f'{path} is corrupt or unreadable ({type(e).__name__}: {first_line})') from None
 
 
+def read_part(path: str, columns: Optional[Sequence[str]] = None, present_only: bool = False) -> pa.Table:
+    """One part file of a table (see `iter_parts`); a failure is one line naming it (`load_file`)."""
+    return load_file(path, lambda p: _read_part(p, columns, present_only))
+
+
+def read_schema(path: str) -> pa.Schema:
+    """The columns of one Parquet file, from its footer (load it through `load_file`)."""
+    with FileSystems.open(path) as f:
+        return pq.ParquetFile(f).schema_arrow
+
+
+def table_problem(directory: str, columns: Sequence[str] = ()) -> Optional[str]:
+    """Why a written table cannot be read, in one line naming the file, or None when it can.
+
+    Reads the footer of each part, not its rows: a table whose parts were
+    deleted, overwritten with other bytes or truncated, or that lacks one
+    of `columns`, is found at the cost of a few KB per part.
+    """
+    if not FileSystems.exists(directory):
+        return f'{directory} is missing'
+    try:
+        for path in part_paths(directory):
+            missing = sorted(set(columns) - set(load_file(path, read_schema).names))
+            if missing:
+                return f'{path} has no column(s) {missing}'
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _read_part(path: str, columns: Optional[Sequence[str]], present_only: bool) -> pa.Table:
     with FileSystems.open(path) as f:
         part = pq.ParquetFile(f)
@@ -290,7 +321,7 @@ def iter_parts(directory: str, columns: Optional[Sequence[str]] = None,
         naming the part that cannot be read (`load_file`).
     """
     for path in part_paths(directory):
-        yield load_file(path, lambda p: _read_part(p, columns, present_only))
+        yield read_part(path, columns, present_only)
 
 
 def read_table(directory: str, columns: Optional[Sequence[str]] = None, present_only: bool = False) -> pa.Table:

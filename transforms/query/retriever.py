@@ -95,11 +95,40 @@ class SearchResult:
         return out
 
 
+# What a query reads of manifest.json, with the type of each value: a manifest
+# of another shape is refused as corrupt before anything reads it.
+MANIFEST_SHAPE = {'counts': {'chunks': int}, 'model': {'dim': int}, 'config': {'embedding': {'model': str}}}
+_TYPE_NAMES = {dict: 'an object', int: 'an integer', str: 'a string'}
+
+
+def shape_problem(value, shape, where: str = '') -> Optional[str]:
+    """Where `value` departs from `shape` (nested dicts of types), in a few words, or None.
+
+    E.g. `counts is 5, not an object` or `it has no model.dim`.
+    """
+    wanted = dict if isinstance(shape, dict) else shape
+    if not isinstance(value, wanted) or isinstance(value, bool):
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + '...'
+        return f'{where or "it"} is {shown}, not {_TYPE_NAMES[wanted]}'
+    if not isinstance(shape, dict):
+        return None
+    for key, inner in shape.items():
+        path = f'{where}.{key}' if where else key
+        if key not in value:
+            return f'it has no {path}'
+        problem = shape_problem(value[key], inner, path)
+        if problem:
+            return problem
+    return None
+
+
 def check_index_dir(index: str) -> dict:
     """Checks that `index` holds a complete local ragsieve index; returns its manifest.
 
     Raises:
-      ValueError: if the directory or one of its files is missing.
+      ValueError: if the directory or one of its files is missing, or the
+        manifest is not JSON of the shape a build writes (`MANIFEST_SHAPE`).
     """
     if not os.path.isdir(index):
         raise ValueError(f'--index {index!r} is not a directory')
@@ -112,10 +141,12 @@ def check_index_dir(index: str) -> dict:
         raise ValueError(f'--index {index!r} is not a ragsieve index: no {tables.MANIFEST_FILE}')
     if missing:
         raise ValueError(f'--index {index!r} is incomplete: missing {", ".join(missing)}')
-    manifest = tables.load_file(os.path.join(index, tables.MANIFEST_FILE), _read_json)
-    if not isinstance(manifest, dict):
-        raise ValueError(f'{os.path.join(index, tables.MANIFEST_FILE)} is corrupt: not a JSON object')
-    if manifest.get('counts', {}).get('chunks', 0) and not os.path.isdir(os.path.join(index, tables.BM25_DIR)):
+    path = os.path.join(index, tables.MANIFEST_FILE)
+    manifest = tables.load_file(path, _read_json)
+    problem = shape_problem(manifest, MANIFEST_SHAPE)
+    if problem:
+        raise ValueError(f'{path} is corrupt: {problem}')
+    if manifest['counts']['chunks'] and not os.path.isdir(os.path.join(index, tables.BM25_DIR)):
         raise ValueError(
             f'--index {index!r} is incomplete: missing {tables.BM25_DIR}/ (built before BM25 was '
             'part of the index? rebuild it)')

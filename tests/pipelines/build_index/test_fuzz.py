@@ -133,6 +133,9 @@ def make_corpus(root, rng):
     whole(root / 'random.parquet', rng.randbytes(500))
     whole(root / 'blob.bin', rng.randbytes(50))
     whole(root / 'empty.txt', b'')
+    whole(root / 'blank.jsonl', b'\n   \n\t\n')  # no record, yet one row: no_records
+    pq.write_table(table.slice(0, 0), root / 'zero-rows.parquet')
+    whole(root / 'zero-rows.parquet')
     whole(root / 'invisible.md', '\u200b\u202e\x00\ufeff'.encode())
     whole(root / 'good.md', ('# Title\n\n' + sentence(rng)).encode())
     os.mkfifo(root / 'pipe.txt')
@@ -181,4 +184,4 @@ def test_fuzzed_corpus_builds_and_every_record_is_accounted_for(tmp_path):
     reasons = set(counts['rejected_by_reason'])
     assert {'invalid_record', 'invalid_unicode', 'invalid_metadata', 'metadata_too_large', 'not_utf8',
             'empty_text', 'missing_id', 'missing_text', 'duplicate_doc_id', 'special_file', 'broken_link',
-            'repeated_directory', 'unsupported_type', 'unreadable'} <= reasons
+            'repeated_directory', 'unsupported_type', 'unreadable', 'no_records'} <= reasons

@@ -141,3 +141,35 @@ def test_a_directory_named_like_a_glob_is_read_as_a_directory(tmp_path):
     (corpus / 'a.txt').write_text('Saturn has rings of ice and rock.')
     manifest = build(corpus, tmp_path / 'out', '--filter', 'none')
     assert manifest['counts']['documents_indexed'] == 1
+
+
+@pytest.mark.parametrize('name,message', [('missing', 'does not exist'), ('empty', 'matches no file')])
+def test_a_missing_or_empty_input_is_refused_before_the_model_loads(tmp_path, no_model, name, message):
+    (tmp_path / 'empty').mkdir()
+    with pytest.raises(ValueError, match=f"^--input '{tmp_path / name}' {message}$"):
+        build(tmp_path / name, tmp_path / 'out')
+
+
+@pytest.mark.parametrize('flag,inside', [('--output', 'index'), ('--cache', '.cache'), ('--output', 'sub/deeper')])
+def test_an_output_or_cache_inside_the_input_is_refused(corpus, tmp_path, no_model, flag, inside):
+    (corpus / 'sub').mkdir()
+    flags = [flag, str(corpus / inside)] if flag == '--cache' else []
+    out = corpus / inside if flag == '--output' else tmp_path / 'out'
+    with pytest.raises(ValueError, match=f"^{flag} '{corpus / inside}' is inside --input '{corpus}': the next build"):
+        build(corpus, out, *flags)
+    assert sorted(p.name for p in corpus.iterdir()) == ['a.txt', 'sub']
+
+
+def test_an_input_inside_the_output_is_refused(tmp_path, no_model):
+    out = tmp_path / 'out'
+    (out / 'corpus').mkdir(parents=True)
+    (out / 'manifest.json').write_text('{}')
+    (out / 'corpus' / 'a.txt').write_text('Jupiter is the largest planet of the Solar System.')
+    with pytest.raises(ValueError, match="is inside --output .*: the build would replace its own input"):
+        build(out / 'corpus', out)
+
+
+def test_a_glob_input_may_share_its_folder_with_the_output(corpus, no_model):
+    # `corpus/*.txt` never lists corpus/index/...: accepted (it gets as far as the model).
+    with pytest.raises(AssertionError, match='model was loaded'):
+        build(f'{corpus}/*.txt', corpus / 'index')

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import build_index, query
-from tests.helpers import PASTA_AGAIN, PASTA_PARAGRAPH
-from transforms.lineage.deltas import sentence_spans
+from tests.helpers import PASTA_AGAIN, PASTA_PARAGRAPH, wrapped_release
+from transforms.lineage.sentences import sentence_spans
 from transforms.output import snapshots
 from transforms.query.retrieval import RetrievalConfig
 from transforms.query.retriever import Retriever
@@ -194,3 +194,56 @@ def test_lineage_follows_the_cascade(tmp_path):
         {'chunk_id': 'kitchen_copy.md#0', 'doc_id': 'kitchen_copy.md'}]
     assert manifest['lineage']['ok'] and manifest['lineage']['represented_once'] == 2
     assert {c['delta_of'] for c in by_id.values() if c['kind'] == 'delta'} == {'kitchen.md#0'}
+
+
+WRAPPED_SOCKETS = (
+    'The socket module gives access to the operating system networking\n'
+    'interface. A socket is created with an address family and a socket type,\n'
+    'then bound to an address and port before it listens for incoming\n'
+    'connections. Timeouts can be set on each socket, and a closed socket\n'
+    'releases its file descriptor at once.\n'
+)
+
+
+def wrapped_page(release):
+    """Three releases of a page hard-wrapped at ~75 characters: 3.12 moves to Unicode 15.1.0, 3.13 adds a bullet."""
+    return wrapped_release('15.0.0' if release == '3.11' else '15.1.0', bullet=release == '3.13') + '\n' + WRAPPED_SOCKETS
+
+
+def test_hard_wrapped_releases_lose_no_sentence(tmp_path):
+    corpus = tmp_path / 'corpus'
+    corpus.mkdir()
+    for r in RELEASES:
+        record = {'id': f'page-{r}', 'text': wrapped_page(r), 'metadata': {'release': r}}
+        (corpus / f'{r}.jsonl').write_text(json.dumps(record) + '\n')
+    # Chunks of 48 tokens: the chunker cuts the wrapped sentences at line breaks.
+    flags = ['--input', str(corpus), '--chunk_size', '48']
+    manifest = build_index.run([*flags, '--output', str(tmp_path / 'on')])
+    chunks, dropped = rows(tmp_path / 'on', 'chunks'), rows(tmp_path / 'on', 'dropped')
+    assert manifest['counts']['dropped_by_reason']['minhash'] and manifest['counts']['deltas']
+    # Every sentence that some chunk of the unfiltered corpus (kept or dropped here) holds whole is whole in a row.
+    rows_text = [normalize_text(c['text']) for c in chunks]
+    for c in chunks + dropped:
+        if c.get('kind') == 'delta':
+            continue
+        for s, e in sentence_spans(c['text']):
+            sentence = normalize_text(c['text'][s:e])
+            assert any(sentence in row for row in rows_text), (c['chunk_id'], sentence)
+    # Each delta is whole sentences of its own document, subject included.
+    pages = {f'page-{r}': wrapped_page(r) for r in RELEASES}
+    deltas = [c for c in chunks if c['kind'] == 'delta']
+    for d in deltas:
+        assert pages[d['doc_id']][d['char_start']:d['char_end']] == d['text']
+    by_id = {d['chunk_id']: d for d in dropped}
+    (delta,) = [d for d in deltas if '15.1.0' in d['text']]
+    # The chunk it comes from starts inside the sentence: the delta starts where the sentence does.
+    assert delta['text'].startswith('A non-normative HTML file listing all\nvalid')
+    assert delta['char_start'] < by_id[delta['chunk_id'].split('~')[0]]['char_start']
+    audit = manifest['lossless']
+    assert audit['sentences_checked'] > 0 and audit['chunks_checked'] == len(dropped)
+    assert (audit['sentences_lost'], audit['examples'], audit['chunks_without_keeper']) == (0, [], 0)
+    assert not (tmp_path / 'on' / 'lossless.json').exists()
+    # With --deltas off the audit reports what the drops lost, the 15.1.0 sentence among it.
+    off = build_index.run([*flags, '--output', str(tmp_path / 'off'), '--deltas', 'off'])['lossless']
+    assert off['sentences_checked'] == audit['sentences_checked'] and off['sentences_lost'] > 0
+    assert any('15.1.0' in x['text'] for x in off['examples'])

@@ -30,3 +30,9 @@ def test_parse_filters_with_defaults():
 def test_parse_filters_rejects(spec):
     with pytest.raises(ValueError):
         parse_filters(spec)
+
+
+@pytest.mark.parametrize('spec', ['none,exact', 'exact,none', 'cascade,none'])
+def test_none_stands_alone(spec):
+    with pytest.raises(ValueError, match=r"^'none' stands alone \(it keeps every chunk\)"):
+        parse_filters(spec)

@@ -5,6 +5,9 @@ the join, not the model, so no model runs here (see
 tests/pipelines/build_index/test_incremental.py for builds with the real model).
 """
 
+import logging
+import os
+
 import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
@@ -119,3 +122,21 @@ def test_join_attaches_cached_features_by_exact_text(tmp_path):
         out = p | beam.Create(chunks) | feature_cache.JoinCachedFeatures(run)
         assert_that(out | beam.Map(summary), equal_to([
             ('a#0', [0.0, 1.0, 2.0], None), ('b#3', [0.0, 1.0, 2.0], None), ('a#1', None, None)]))
+
+
+def test_a_damaged_generation_is_passed_over_for_the_newest_readable_one(tmp_path, caplog):
+    spec = CacheSpec('entities', {'model': 'x'})
+    write_generation(tmp_path, spec, 'g1', [('a', ('ORG:x',))])
+    write_generation(tmp_path, spec, 'g2', [('a', ('ORG:y',))])
+    directory = spec.directory(str(tmp_path))
+    part = f'{directory}/g2/part-00001-of-00002.parquet'
+    with open(part, 'wb') as f:
+        f.write(b'junk')
+    assert feature_cache.generation_problem(f'{directory}/g1') is None
+    assert feature_cache.generation_problem(f'{directory}/g2').startswith(f'{part} is corrupt or unreadable')
+    with caplog.at_level(logging.WARNING):
+        assert CacheRun.open(str(tmp_path), [spec], 'g3').read_from == {'entities': f'{directory}/g1'}
+    assert f'a feature cache generation cannot be read, so it is not used: {part}' in caplog.text
+    for name in ('part-00000-of-00002.parquet', 'part-00001-of-00002.parquet'):
+        os.remove(f'{directory}/g1/{name}')
+    assert CacheRun.open(str(tmp_path), [spec], 'g3').read_from == {'entities': None}

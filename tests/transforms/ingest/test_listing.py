@@ -74,3 +74,14 @@ def test_an_existing_path_with_glob_characters_is_a_path(tmp_path):
     assert root == str(folder) and [relative_id(p, root) for p in paths] == ['a.txt']
     root, paths = expand_input(str(folder / 'a.txt'))
     assert paths == [str(folder / 'a.txt')]
+
+
+def test_hidden_files_and_directories_are_listed_and_read_like_any_other(tmp_path):
+    # Decided and documented (docs/inputs.md): nothing the listing meets is skipped unseen.
+    (tmp_path / '.drafts').mkdir()
+    (tmp_path / '.drafts' / 'plan.txt').write_text('A hidden draft.')
+    (tmp_path / '.notes.md').write_text('A hidden note.')
+    (tmp_path / 'seen.txt').write_text('A plain file.')
+    root, paths = expand_input(str(tmp_path))
+    assert [relative_id(p, root) for p in paths] == ['.drafts/plan.txt', '.notes.md', 'seen.txt']
+    assert [d.doc_id for p in paths for d in read.read_file(p, root)] == ['.drafts/plan.txt', '.notes.md', 'seen.txt']

@@ -20,6 +20,7 @@ from transforms.ingest.reasons import (
     INVALID_UNICODE,
     MISSING_ID,
     MISSING_TEXT,
+    NO_RECORDS,
     NOT_UTF8,
     TOO_LARGE,
     UNREADABLE,
@@ -117,6 +118,31 @@ def test_parquet_rows(corpus_dir):
     records = list(read.read_file(f'{root}/rows.parquet', str(root)))
     assert [r.doc_id for r in records if isinstance(r, Document)] == ['p1']
     assert reasons(records) == [('rows.parquet:2', MISSING_TEXT)]
+
+
+def test_files_with_no_record_leave_a_no_records_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_jsonl(tmp_path / 'blank.jsonl', ['', '   ', '\t'])
+    pq.write_table(pa.table({'id': pa.array([], pa.string()), 'text': pa.array([], pa.string())}),
+                   tmp_path / 'none.parquet')
+    for name, what in (('blank.jsonl', 'only blank lines'), ('none.parquet', 'zero rows')):
+        [rejected] = read_all(tmp_path / name)
+        assert (rejected.source, rejected.doc_id, rejected.reason, rejected.detail) == (
+            str(tmp_path / name), None, NO_RECORDS, f'the file holds no record ({what})')
+
+
+@pytest.mark.parametrize('name', ['note.txt', 'note.md'])
+def test_a_utf8_bom_is_skipped_in_text_files_as_in_jsonl(tmp_path, name):
+    data = b'\xef\xbb\xbfFirst line of a note saved on Windows.'
+    (tmp_path / name).write_bytes(data)
+    [doc] = read_all(tmp_path / name)
+    assert doc.text == 'First line of a note saved on Windows.'
+    assert (doc.source_bytes, doc.source_hash) == (len(data), formats.file_hash(data))
+    write_jsonl(tmp_path / 'note.jsonl', [b'\xef\xbb\xbf' + json.dumps({'id': 'n', 'text': doc.text}).encode()])
+    [from_jsonl] = read_all(tmp_path / 'note.jsonl')
+    assert from_jsonl.text == doc.text
 
 
 def test_parquet_without_text_column_is_rejected(tmp_path):

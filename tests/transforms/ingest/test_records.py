@@ -69,14 +69,28 @@ def test_metadata_above_max_bytes_is_rejected(tmp_path):
     assert 'max_metadata_bytes=1000' in got[0].detail
 
 
-@pytest.mark.parametrize('value', [10**400, -10**400, 1e300, float('nan')])
-def test_recency_values_no_date_can_hold_are_rejected_at_build_time(tmp_path, value):
-    text = json.dumps({'id': 't', 'text': 'fine', 'metadata': {'updated_at': value}})
+# One rule for every number under a recency key, written as an integer, a float or 1e400:
+# POSIX seconds from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z, both included.
+@pytest.mark.parametrize('written,kept', [
+    ('-62135596800', True), ('-62135596800.0', True), ('253402300799', True), ('1714557600.5', True),
+    ('-62135596801', False), ('253402300800.5', False), ('1e20', False), ('1e300', False), ('1e400', False),
+    ('-1e400', False), ('Infinity', False), ('NaN', False), (str(10**400), False), (str(-10**400), False),
+])
+def test_recency_numbers_follow_one_rule_at_build_time(tmp_path, written, kept):
+    text = '{"id": "t", "text": "fine", "metadata": {"updated_at": %s}}' % written
     [record] = read_all(write_jsonl(tmp_path / 'a.jsonl', [text]))
-    if value != value:  # NaN is converted to the string "NaN", which is no date: neutral
-        assert isinstance(record, Document)
+    if kept:
+        assert isinstance(record, Document) and parse_timestamp(json.loads(record.metadata)['updated_at']) is not None
     else:
-        assert record.reason == INVALID_METADATA and 'updated_at' in record.detail
+        assert record.reason == INVALID_METADATA, record
+        assert record.detail.startswith('metadata "updated_at" is ') and 'years 1-9999' in record.detail
+
+
+def test_the_first_and_last_instants_are_timestamps_as_numbers_and_as_strings():
+    first, last = -62135596800, 253402300799.999999
+    assert parse_timestamp(first) == parse_timestamp('0001-01-01T00:00:00Z') == float(first)
+    assert parse_timestamp(last) == parse_timestamp('9999-12-31T23:59:59.999999Z')
+    assert parse_timestamp(first - 1) is None and parse_timestamp('0001-01-01T00:30:00+01:00') is None
 
 
 def test_parquet_metadata_structs_convert_losslessly(tmp_path):

@@ -1,5 +1,6 @@
 """Change reports between two builds, on hand-made states."""
 
+from tests.helpers import write_tiny_build
 from transforms.output import changes
 from transforms.output.changes import BuildState
 
@@ -51,3 +52,22 @@ def test_summary_line():
     assert changes.summary_line(report) == (
         'Changes since r1: documents +0 -0 ~1; chunks +1 -1; kept 1 → 1 (0 newly dropped, 0 newly kept); '
         'embedding 1 computed / 5 cached')
+
+
+def test_state_problem_finds_a_damaged_build_before_it_is_read(tmp_path):
+    write_tiny_build(tmp_path / 'ok')
+    assert changes.state_problem(str(tmp_path / 'ok')) is None
+    write_tiny_build(tmp_path / 'old', with_documents=False)  # built before documents/ existed
+    assert changes.state_problem(str(tmp_path / 'old')) is None
+    assert changes.load_state(str(tmp_path / 'old')).documents == {}
+
+    write_tiny_build(tmp_path / 'junk')
+    part = tmp_path / 'junk' / 'documents' / 'part-00001-of-00002.parquet'
+    part.write_bytes(b'not parquet')
+    assert changes.state_problem(str(tmp_path / 'junk')).startswith(f'{part} is corrupt or unreadable')
+
+    write_tiny_build(tmp_path / 'deleted')
+    for part in (tmp_path / 'deleted' / 'chunks').iterdir():
+        part.unlink()
+    assert changes.state_problem(str(tmp_path / 'deleted')) == (
+        f'{tmp_path / "deleted" / "chunks"} holds no part-*.parquet files')

@@ -109,5 +109,5 @@ def test_bad_limits_are_refused(kwargs, message):
 
 
 def test_refused_has_its_own_exit_status():
-    assert gates.Refused('x').exit_status == gates.REFUSED_EXIT_STATUS == 5
+    assert gates.Refused('x').exit_code == gates.REFUSED_EXIT_STATUS == 5
     assert not issubclass(gates.Refused, ValueError)  # not a bad setting (2)

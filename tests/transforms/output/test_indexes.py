@@ -71,9 +71,27 @@ def test_training_sample_is_bounded_and_fixed_by_the_chunk_ids(output):
     assert np.array_equal(sample, vectors[chosen])
 
 
-def test_too_few_vectors_to_train_is_a_clear_error(output):
-    with pytest.raises(ValueError, match='cannot train'):
-        indexes.assemble_faiss(str(output / 'chunks'), DIM, indexes.IndexConfig('IVF512,Flat'), io.BytesIO())
+@pytest.mark.parametrize('index_type,need', [('IVF512,Flat', 512), ('IVF4,PQ2x8', 256), ('PQ2', 256)])
+def test_too_few_vectors_to_train_is_one_clear_line(output, index_type, need):
+    with pytest.raises(ValueError) as e:
+        indexes.assemble_faiss(str(output / 'chunks'), DIM, indexes.IndexConfig(index_type), io.BytesIO())
+    assert str(e.value) == (f'cannot train a {index_type!r} index on the 200 vectors of this corpus (it needs at '
+                            f'least {need}); choose a smaller index type for it, e.g. Flat or HNSW32')
+
+
+@pytest.mark.parametrize('index_type,need', [
+    ('Flat', 1), ('HNSW32', 1), ('SQ8', 1), ('IVF1024,Flat', 1024), ('IVF4096,PQ8', 4096), ('IVF16,PQ16x10', 1024),
+    ('PQ16', 256), ('HNSW32,PQ8', 256), ('PCA64,IVF128,Flat', 128), ('IDMap,IVF16,Flat', 16), ('OPQ16,PQ16', 256),
+])
+def test_min_training_vectors(index_type, need):
+    # Checked against FAISS: training on `need` vectors works, on one fewer it fails.
+    assert indexes.min_training_vectors(indexes.new_index(384, index_type)) == need
+
+
+def test_a_training_sample_too_small_for_the_index_type_is_refused_up_front():
+    indexes.IndexConfig('IVF1024,Flat', train_size=1024).check(DIM)
+    with pytest.raises(ValueError, match="--index_train_size 1000 is below the 1024 vectors a 'IVF1024,Flat' index"):
+        indexes.IndexConfig('IVF1024,Flat', train_size=1000).check(DIM)
 
 
 def test_bad_index_type_and_train_size():

@@ -21,7 +21,7 @@ def test_default_num_shards_follows_the_input_size():
     assert tables.default_num_shards(0) == 1
     assert tables.default_num_shards(tables.SHARD_INPUT_BYTES) == 1
     assert tables.default_num_shards(tables.SHARD_INPUT_BYTES + 1) == 2
-    assert tables.default_num_shards(10**15) == tables.MAX_DEFAULT_SHARDS
+    assert tables.default_num_shards(10**15) == tables.MAX_SHARDS
 
 
 def test_table_spec_checks_its_columns():
@@ -43,3 +43,18 @@ def test_unique_table_keeps_one_row_per_key():
                            unique=True)
     table = tables.part_table([{'key': 'b', 'value': 2}, {'key': 'a', 'value': 1}, {'key': 'b', 'value': 2}], spec)
     assert table.to_pylist() == [{'key': 'a', 'value': 1}, {'key': 'b', 'value': 2}]
+
+
+def test_table_problem_names_what_cannot_be_read_from_the_footers(tmp_path):
+    directory = tmp_path / 't'
+    write_parts(rows(), SPEC, str(directory), 3)
+    assert tables.table_problem(str(directory), ('doc_id', 'v')) is None
+    assert tables.table_problem(str(directory), ('doc_id', 'text')) == (
+        f"{directory}/part-00000-of-00003.parquet has no column(s) ['text']")
+    (directory / 'part-00001-of-00003.parquet').write_bytes(b'junk')
+    problem = tables.table_problem(str(directory))
+    assert problem.startswith(f'{directory}/part-00001-of-00003.parquet is corrupt or unreadable'), problem
+    for part in directory.iterdir():
+        part.unlink()
+    assert tables.table_problem(str(directory)) == f'{directory} holds no part-*.parquet files'
+    assert tables.table_problem(str(tmp_path / 'nothing')) == f'{tmp_path / "nothing"} is missing'

@@ -70,3 +70,13 @@ def test_reader_rereads_latest_when_its_run_is_pruned_while_opening(index_dir, t
     # Everything is in memory: deleting the run now changes nothing for this reader.
     shutil.rmtree(root / 'runs' / 'r2')
     assert retriever.search('How long do I cook pasta?', k=1).hits[0].doc_id == 'pasta'
+
+
+def test_shape_problem_says_where_a_manifest_departs_from_its_shape():
+    shape = retriever_module.MANIFEST_SHAPE
+    good = {'counts': {'chunks': 3}, 'model': {'dim': 384}, 'config': {'embedding': {'model': 'm'}}, 'more': 1}
+    assert retriever_module.shape_problem(good, shape) is None
+    assert retriever_module.shape_problem({**good, 'counts': 5}, shape) == 'counts is 5, not an object'
+    assert retriever_module.shape_problem({**good, 'model': {'dim': True}}, shape) == 'model.dim is true, not an integer'
+    assert retriever_module.shape_problem({**good, 'config': {}}, shape) == 'it has no config.embedding'
+    assert retriever_module.shape_problem('x' * 100, shape) == f'it is "{"x" * 36}..., not an object'

@@ -45,4 +45,6 @@ def decide(chunks, threshold, config):
 FILTER = FilterDef(
     name='exact', label='ExactNorm', position=0,
     removes='identical normalized text (NFKC, casefold, whitespace collapsed), corpus-wide',
-    default=None, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=content_hash_of)
+    default=None, needs=frozenset(), strategy=GROUPED, decide=decide, group_key=content_hash_of,
+    # A copy has no news of its own, but the chunk it copies may be dropped later as a near-copy.
+    near_copy_reasons=frozenset({'exact'}))

@@ -1,0 +1,1 @@
+"""Syncing a published run into the vector stores RAG services read: rows, stores, the sync itself."""
