@@ -14,6 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import build_gates
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -288,9 +289,12 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
     storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+    manifest['gates'] = build_gates.verdict(config, manifest, target)
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
     publish.checkpoint('after_manifest')
+    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
+    manifest = build_gates.check_and_report(config, target, manifest, model)
     if cache:
         cache.commit()
         publish.checkpoint('after_cache_commit')

@@ -29,7 +29,7 @@ from transforms.types import DELTA
 LOG = logging.getLogger('ragsieve.build')
 
 # Written next to manifest.json: what changed since the previous build.
-DIFF_FILE = 'diff.json'
+DIFF_FILE = tables.DIFF_FILE
 # The counter of the values each cached feature computed (spans: every miss).
 COMPUTED_COUNTERS = {
     'embedding': 'embed.computed', 'minhash': 'features.minhash_chunks', 'entities': 'features.entity_chunks'}

@@ -29,6 +29,7 @@ from transforms.features.embedding import EmbeddingConfig
 from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
+from transforms.output import gates as publish_gates
 from transforms.output import indexes, snapshots, tables
 from transforms.sync import store as stores
 
@@ -36,7 +37,7 @@ FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
 ALL_LABELS = 'all'
 ON_OFF = {'on': True, 'off': False}
 # Flags that take `on`/`off` (not store_true ones).
-ON_OFF_FLAGS = ('deltas', 'semantic_deltas')
+ON_OFF_FLAGS = ('deltas', 'semantic_deltas', 'gates')
 
 
 class BuildIndexOptions(PipelineOptions):
@@ -135,8 +136,9 @@ class BuildIndexOptions(PipelineOptions):
                             help='Documents whose metadata (as JSON, copied into every chunk) is '
                                  'larger are rejected as metadata_too_large.')
         parser.add_argument('--allow_empty', action='store_true', default=False,
-                            help='Publish an index even when every record was rejected; by default '
-                                 'such a build fails and publishes nothing.')
+                            help='Publish an index even when every record was rejected (the '
+                                 '--gate_max_rejected_share gate then passes too); by default such a '
+                                 'build fails and publishes nothing.')
         parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
                             help='With --versioned, a run replaced as LATEST less than this long ago '
                                  'is not pruned, so queries that just opened it can finish.')
@@ -168,6 +170,35 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--sync', type=str, default=None,
                             help='After publishing, sync the published run into this vector store '
                                  '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
+        add_gate_args(parser)
+
+
+def add_gate_args(parser) -> None:
+    """The publish gates' flags (docs/operations.md#publish-gates); defaults from `GateConfig`."""
+    defaults = publish_gates.GateConfig()
+    parser.add_argument('--gates', type=str, default='on', choices=list(ON_OFF),
+                        help='on: a run that fails a publish gate is written, but not published '
+                             f'(exit status {publish_gates.REFUSED_EXIT_STATUS}); off: the verdict is only '
+                             'written and logged.')
+    for name, help_text in (
+            ('max_rejected_share', 'Refuse to publish when more than this share of the input records is rejected.'),
+            ('max_rejected_rise', 'Refuse when the rejected share exceeds the previous run\'s by more than this.'),
+            ('max_documents_drop', 'Refuse when indexed documents fall by more than this share of the '
+                                   'previous run\'s.'),
+            ('max_kept_drop', 'Refuse when kept chunks fall by more than this share of the previous run\'s.'),
+            ('max_dropped_rise', 'Refuse when the share of chunks the filters drop exceeds the previous '
+                                 'run\'s by more than this.'),
+            ('max_lost_share', 'Refuse when the lossless audit (if the manifest has one) finds more than '
+                               'this share of its sentences in neither a kept chunk nor a delta.')):
+        parser.add_argument(f'--gate_{name}', type=float, default=getattr(defaults, name), help=help_text)
+    parser.add_argument('--gate_canary', type=str, default=None,
+                        help='JSONL of canary questions (question, and doc_id or text): the new run must '
+                             'find at least --gate_canary_min_share of them, and no fewer than the '
+                             'previous run. Local file.')
+    parser.add_argument('--gate_canary_min_share', type=float, default=defaults.canary_min_share,
+                        help='Refuse when retrieval finds fewer than this share of the --gate_canary questions.')
+    parser.add_argument('--gate_canary_k', type=int, default=defaults.canary_k,
+                        help='A canary question is found when its document or text is in the top k.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +224,7 @@ class BuildConfig:
     # 0 until the launcher sizes it from the input (`build_index.with_shards`).
     num_shards: int = 1
     index: indexes.IndexConfig = indexes.IndexConfig()
+    gates: publish_gates.GateConfig = publish_gates.GateConfig()
 
     def __post_init__(self):
         if not 0 <= self.num_shards <= tables.MAX_SHARDS:
@@ -247,7 +279,25 @@ class BuildConfig:
             prune_grace_seconds=options.prune_grace_seconds,
             num_shards=options.num_shards,
             index=indexes.IndexConfig(options.index_type, options.index_train_size),
+            gates=gate_config(options),
         )
+
+
+def gate_config(options: BuildIndexOptions) -> publish_gates.GateConfig:
+    """The publish gates of the flags.
+
+    Raises:
+      ValueError: For a limit outside [0, 1], or a canary file that cannot be read or holds a bad line.
+    """
+    canary = options.gate_canary
+    if canary is not None:
+        from transforms.query.canary import load_questions
+
+        load_questions(canary)  # a bad line fails now, not after the pipeline
+    names = ('max_rejected_share', 'max_rejected_rise', 'max_documents_drop', 'max_kept_drop',
+             'max_dropped_rise', 'max_lost_share', 'canary_min_share', 'canary_k')
+    return publish_gates.GateConfig(enforce=ON_OFF[options.gates], canary=canary,
+                            **{name: getattr(options, f'gate_{name}') for name in names})
 
 
 def filter_config(options: BuildIndexOptions) -> FilterConfig:

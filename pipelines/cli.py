@@ -15,16 +15,21 @@ import re
 import sys
 from typing import Optional
 
+from transforms.output.gates import REFUSED_EXIT_STATUS
+
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
 # `ragsieve query` does not pay for Beam's import.
 COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query',
             'sync': 'pipelines.sync'}
+COMMANDS.update({'publish': 'pipelines.publish_run', 'report': 'pipelines.report'})
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'
 
 # Exit statuses; `EXIT_CODES` says what each means and what to do next.
 OK, UNEXPECTED, FAILED, INTERRUPTED = 0, 1, 2, 130
 # `ragsieve sync`: the store differs from the run (--verify), or a batch failed after its retries.
 DRIFT, SYNC_FAILED = 3, 4
+# `ragsieve build`: a complete run that its publish gates kept from being published (`gates.Refused`).
+REFUSED = REFUSED_EXIT_STATUS
 # Status -> (what it means, what the user does next): the table of the README and docs/cli.md.
 EXIT_CODES = {
     OK: ('Done: the build published, the query answered, the evaluation wrote its results. Warnings on '
@@ -45,6 +50,11 @@ EXIT_CODES = {
     SYNC_FAILED: ('`ragsieve sync` (or `build --sync`): a batch still failed after its retries; the line names '
                   'the ids. The store\'s marker still names the run it had; a build with --sync published.',
                   'Fix the store (space, permissions, the server) and run the sync again.'),
+    REFUSED: ('`ragsieve build`: the run is complete but a publish gate refused it (docs/operations.md, '
+              '"Publish gates"); stderr names each failed gate with its figures. LATEST, or the plain '
+              '--output, is left as it was; a plain build is kept in OUTPUT.refused.',
+              'Look at the run\'s report.html; fix the input, or publish it with the `ragsieve publish` '
+              'command the message gives.'),
     INTERRUPTED: ('Interrupted (Ctrl-C). Nothing was published.',
                   'Run again: the next build deletes what this one left.'),
 }

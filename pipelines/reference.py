@@ -58,6 +58,18 @@ def evaluate_flags() -> str:
     return flags_table(evaluate.parser())
 
 
+def publish_flags() -> str:
+    from pipelines import publish_run
+
+    return flags_table(publish_run.parser())
+
+
+def report_flags() -> str:
+    from pipelines import report
+
+    return flags_table(report.parser())
+
+
 def sync_flags() -> str:
     from pipelines import sync
 
@@ -104,6 +116,8 @@ TABLES: dict[str, tuple[str, Callable[[], str]]] = {
     'build flags': ('cli.md', build_flags),
     'query flags': ('cli.md', query_flags),
     'evaluate flags': ('cli.md', evaluate_flags),
+    'publish flags': ('cli.md', publish_flags),
+    'report flags': ('cli.md', report_flags),
     'sync flags': ('cli.md', sync_flags),
     'filters': ('filters.md', filters_table),
     'formats': ('inputs.md', formats_table),

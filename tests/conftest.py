@@ -1,12 +1,13 @@
-"""Shared fixtures: the real embedding model and a small input corpus on disk."""
+"""Shared fixtures: the real embedding model, a small input corpus on disk, the sample corpus built once."""
 
 import json
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import ORBITS, PASTA
+from tests.helpers import ORBITS, PASTA, REPO
 from transforms.features import kernels
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
@@ -66,6 +67,23 @@ def corpus_dir(tmp_path):
         },
     }
     return root, expected
+
+
+@pytest.fixture(scope='session')
+def sample_root(tmp_path_factory):
+    """sample_corpus/ copied and built once as `make demo` builds it, into a versioned root, run r1.
+
+    Returns `(corpus copy, root)`. Read it only: a test that rebuilds or
+    edits copies the root first (`shutil.copytree`).
+    """
+    from pipelines import build_index
+
+    base = tmp_path_factory.mktemp('sample')
+    corpus = base / 'corpus'
+    shutil.copytree(REPO / 'sample_corpus', corpus)
+    build_index.run(['--input', str(corpus), '--output', str(base / 'root'), '--versioned', '--run_id', 'r1',
+                     '--chunk_size', '64'])
+    return corpus, base / 'root'
 
 
 @pytest.fixture(scope='session')

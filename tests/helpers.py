@@ -520,3 +520,33 @@ def main_on_full_disk(marker: str, argv) -> int:
 
     builtins.open = io.open = full_disk_open(marker)
     return cli.main(list(argv))
+
+
+# --- headless Chromium ---------------------------------------------------------------
+
+CHROMIUM_NAMES = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable')
+NO_CHROMIUM = ('no Chromium found (looked for ' + ', '.join(CHROMIUM_NAMES) + ' on PATH): install Debian\'s '
+               'package with `apt-get install -y chromium` (.ci/run does) to run the browser tests')
+
+
+def find_chromium() -> Optional[str]:
+    import shutil
+
+    return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+
+
+def run_chromium(chromium: str, url: str, profile: Path, *flags: str) -> tuple[str, list[str]]:
+    """Loads `url` in a fresh headless Chromium; returns `(stdout, the page's console lines)`.
+
+    Chromium logs every console message (console.error, uncaught errors,
+    failed loads) to stderr as a `CONSOLE` line with `--enable-logging=stderr`.
+    `--no-sandbox`: the tests may run as root, where the sandbox refuses to start.
+    """
+    import subprocess
+
+    done = subprocess.run(
+        [chromium, '--headless=new', '--no-sandbox', '--disable-gpu', '--no-first-run',
+         f'--user-data-dir={profile}', '--enable-logging=stderr', '--v=0', *flags, url],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, [line for line in done.stderr.splitlines() if ':CONSOLE' in line]

@@ -12,6 +12,7 @@ LAYERS = (
     'transforms.sync',
     'transforms.evaluation',
     'transforms.query',
+    'transforms.report',
     'transforms.lineage',
     'transforms.dedup',
     'transforms.chunking',

@@ -107,3 +107,37 @@ def test_runners_that_cannot_run_a_build_are_refused_up_front(runner, message):
 @pytest.mark.parametrize('runner', ['DirectRunner', 'direct', 'PortableRunner', 'FlinkRunner', 'DataflowRunner'])
 def test_runners_that_work_pass(runner):
     parse('--runner', runner)
+
+
+def config_of(argv):
+    options = build_options.parse_args(argv)
+    return build_options.BuildConfig.from_options(options.view_as(build_options.BuildIndexOptions))
+
+
+def test_gate_settings_from_flags_and_config_file(tmp_path):
+    from transforms.output.gates import GateConfig
+
+    assert config_of(['--input', 'in', '--output', 'out']).gates == GateConfig()
+    config = tmp_path / 'build.yaml'
+    config.write_text('input: in\noutput: out\ngates: off\ngate_max_kept_drop: 0.5\n'
+                      'gate_canary: examples/sample_canary.jsonl\n')
+    gates = config_of(['--config', str(config), '--gate_canary_k', '3']).gates
+    assert (gates.enforce, gates.max_kept_drop, gates.canary, gates.canary_k) == (
+        False, 0.5, 'examples/sample_canary.jsonl', 3)
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--gate_max_documents_drop', '2'], r'--gate_max_documents_drop must be in \[0, 1\]'),
+    (['--gate_canary', 'no/such.jsonl'], 'cannot read --gate_canary no/such.jsonl'),
+    (['--gates', 'maybe'], None),
+])
+def test_bad_gate_settings_are_refused(flags, message):
+    with pytest.raises((ValueError, SystemExit), match=message):
+        config_of(['--input', 'in', '--output', 'out', *flags])
+
+
+def test_a_canary_with_a_bad_line_is_refused_before_any_work(tmp_path):
+    canary = tmp_path / 'canary.jsonl'
+    canary.write_text('{"question": "q", "doc_id": "d"}\n{"question": "no expectation"}\n')
+    with pytest.raises(ValueError, match=r'canary.jsonl:2: needs an expected "doc_id" or "text"'):
+        config_of(['--input', 'in', '--output', 'out', '--gate_canary', str(canary)])

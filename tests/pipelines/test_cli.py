@@ -193,8 +193,20 @@ def test_a_bad_config_value_is_one_line_naming_the_file_and_key(tmp_path, settin
 def test_every_exit_status_is_documented_in_the_readme_and_docs():
     from pipelines import reference
 
-    assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.DRIFT, cli.SYNC_FAILED, cli.INTERRUPTED}
+    assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.DRIFT, cli.SYNC_FAILED, cli.REFUSED,
+                                   cli.INTERRUPTED}
     table = cli.exit_codes_table()
     for page in ('README.md', 'docs/cli.md'):
         with open(f'{reference.DOCS}/../{page}', encoding='utf-8') as f:
             assert table in f.read(), page
+
+
+def test_a_refused_publish_exits_with_its_own_status(capsys):
+    from transforms.output.gates import REFUSED_EXIT_STATUS, Refused
+
+    def refuse(argv):
+        raise Refused('refused to publish:\n  gate kept_drop failed: kept chunks 1, were 9')
+
+    assert cli.run_and_report('build', refuse, []) == REFUSED_EXIT_STATUS == 5
+    assert 'ragsieve build: refused to publish:\n  gate kept_drop failed' in capsys.readouterr().err
+    assert {'publish', 'report'} <= set(cli.COMMANDS)

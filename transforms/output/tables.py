@@ -27,6 +27,9 @@ IDS_FILE = 'ids.parquet'
 # BM25 over the kept chunk texts (bm25s files), row i = chunks row i; absent when no chunk is kept.
 BM25_DIR = 'bm25'
 MANIFEST_FILE = 'manifest.json'
+# Next to the manifest: what changed since the previous build, and the page a person reads.
+DIFF_FILE = 'diff.json'
+REPORT_FILE = 'report.html'
 
 # Every table is a directory of parts `part-SSSSS-of-NNNNN.parquet`. A row's part
 # is a stable hash of its shard column (doc_id), so all rows of a document
