@@ -31,7 +31,8 @@ from transforms.dedup.config import FilterConfig
 from transforms.dedup.stages import FilterChunks
 from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import cache_specs
-from transforms.features.embedding import SharedModel
+from transforms.features import precision as precisions
+from transforms.features.embedding import SharedModel, precision_check
 from transforms.ingest import read
 from transforms.ingest.listing import check_input, input_bytes
 from transforms.lineage import lossless, represents
@@ -116,6 +117,46 @@ def check_model(config: BuildConfig, model) -> tuple[int, int]:
             'chunk_size %d exceeds the model max_seq_length %d: longer chunks are truncated '
             'when embedded', config.chunker.chunk_size, model.max_seq_length)
     return model.get_embedding_dimension(), model.max_seq_length
+
+
+def sample_chunk_texts(config: BuildConfig, model, n: int = precisions.SAMPLE) -> list[str]:
+    """A fixed, seeded sample of this corpus's chunk texts, read on the launcher before the pipeline.
+
+    Reads the input's files in listing order until it has four times `n`
+    chunks (or the files end), so a large corpus costs a few files.
+    """
+    from transforms.chunking.chunk_documents import document_spans
+    from transforms.ingest.listing import expand_input
+    from transforms.types import Document
+
+    root, paths = expand_input(config.input)
+    texts: list[str] = []
+    for path in paths:
+        for record in read.read_file(path, root, config.max_doc_chars, config.max_file_bytes,
+                                     config.max_metadata_bytes):
+            if isinstance(record, Document):
+                spans = document_spans(record, config.chunker, model, config.embedding.batch_size)
+                texts.extend(record.text[start:end] for start, end, _ in spans)
+        if len(texts) >= 4 * n:
+            break
+    return precisions.sample_texts(texts, n)
+
+
+def check_precision(config: BuildConfig, model) -> Optional[dict]:
+    """With a reduced precision, checks its vectors against fp32's on a sample of the corpus's chunks.
+
+    Returns:
+      The manifest's `embedding.precision_check`, or None in fp32.
+
+    Raises:
+      ValueError: When the minimum cosine is below `precision.MIN_COSINE`.
+    """
+    if config.embedding.precision == precisions.FP32:
+        return None
+    check = precision_check(model, sample_chunk_texts(config, model), config.embedding.batch_size)
+    LOG.info('--embed_precision %s: min cosine %.6f, mean %.6f to fp32 on %d sampled chunks',
+             check.precision, check.min_cosine, check.mean_cosine, check.sample)
+    return dataclasses.asdict(check)
 
 
 def check_ner(config: FilterConfig) -> Optional[dict]:
@@ -267,6 +308,7 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
     config.index.check(dim)
+    precision_check = check_precision(config, model)
     ner_meta = check_ner(config.filters)
     cache = None
     if config.cache:
@@ -281,7 +323,8 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     result.wait_until_finish()
     publish.checkpoint('after_pipeline')
     manifest = make_manifest(
-        config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started)
+        config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started,
+        precision_check)
     # The audit reached the launcher through this file; the manifest is its one home now.
     FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)

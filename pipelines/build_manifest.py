@@ -149,7 +149,8 @@ def log_filters(manifest: dict) -> None:
         LOG.warning('lineage check failed: %s', manifest['lineage'])
 
 
-def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds) -> dict:
+def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds,
+                  precision_check: Optional[dict] = None) -> dict:
     """The run's resolved config, versions, kernels, counts, cache use and time per stage."""
     def table(name, columns):
         return tables.read_table(posixpath.join(target.directory, name), columns)
@@ -204,6 +205,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
         'model': {'name': config.embedding.model, 'dim': dim, 'max_seq_length': max_seq_length},
         # What the vectors' last bits depend on, to compare two runs by.
         'kernels': {**kernels.describe(config.embedding.kernels, config.embedding.device), 'probe': kernel_probe},
+        # A reduced precision, and how close its vectors came to fp32's on a sample of this corpus's chunks.
+        'embedding': {'precision': config.embedding.precision, 'precision_check': precision_check},
         'versions': package_versions(),
         'counts': {
             'files': counters.get('read.files', 0),

@@ -24,6 +24,7 @@ from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
 from transforms.features import cache as feature_cache
 from transforms.features import kernels
+from transforms.features import precision as precisions
 from transforms.features.config import FeatureConfig
 from transforms.features.embedding import EmbeddingConfig
 from transforms.features.entities import DEFAULT_LABELS, DEFAULT_NER_MODEL
@@ -75,6 +76,14 @@ class BuildIndexOptions(PipelineOptions):
                                  'every x86-64 CPU with AVX2, whatever the batch and threads (slower on '
                                  'AVX-512 CPUs); native: the CPU\'s fastest kernels, the same bits only on '
                                  'CPUs of one kind (the manifest says so).')
+        parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
+                            choices=list(precisions.PRECISIONS),
+                            help='fp32: torch, the same bits on every CPU (--embed_kernels portable); bf16: '
+                                 'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
+                                 'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
+                                 "pip install 'ragsieve[openvino]' and implies --embed_kernels native. The build "
+                                 f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
+                                 f'minimum cosine is below {precisions.MIN_COSINE}.')
         parser.add_argument('--filter', type=str, default='cascade',
                             help='Redundancy filters, comma-separated, run in the order given; '
                                  'NAME or NAME@THRESHOLD, NAME one of '
@@ -264,8 +273,11 @@ class BuildConfig:
             input=options.input,
             output=output,
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
-            embedding=EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device,
-                                      options.embed_kernels),
+            embedding=EmbeddingConfig(
+                options.embedding_model, options.embed_batch_size, options.device,
+                # A reduced precision runs on the CPU's own units: native kernels (see EmbeddingConfig).
+                options.embed_kernels if options.embed_precision == precisions.FP32 else kernels.NATIVE,
+                options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
             max_file_bytes=formats.resolve_limits(options.max_file_bytes),

@@ -60,6 +60,7 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     """
     from transforms.features.embedding import LENGTH_BUCKET, kernel_probe
     from transforms.features.models import model_fingerprint
+    from transforms.features.precision import precision_of
 
     return {
         'model': model_name,
@@ -68,6 +69,8 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
         'device': device,
         'scheme': f'bucket-padding-{LENGTH_BUCKET}',
         'kernels': kernel_probe(model, device),
+        # Also in the probe's digest; named so that a cache listing says why fp32 and bf16 never mix.
+        'precision': precision_of(model),
         **_versions('torch', 'transformers', 'sentence-transformers'),
     }
 

@@ -13,7 +13,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
-from transforms.features import kernels
+from transforms.features import kernels, precision as precisions
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model
 from transforms.types import Chunk
 
@@ -37,18 +37,25 @@ class EmbeddingConfig:
       kernels: `portable` (default): vectors are the same bits on every
         x86-64 CPU with AVX2; `native`: the CPU's fastest kernels, the same
         bits only on CPUs of its kind (see `transforms.kernels`).
+      precision: `fp32` (default) or `bf16` (OpenVINO on the CPU's bf16
+        units, native kernels; see `transforms.features.precision`).
     """
 
     model: str = DEFAULT_EMBEDDING_MODEL
     batch_size: int = 64
     device: str = 'cpu'
     kernels: str = kernels.DEFAULT_MODE
+    precision: str = precisions.DEFAULT_PRECISION
 
     def __post_init__(self):
         if self.batch_size <= 0:
             raise ValueError(f'embed batch_size must be > 0, got {self.batch_size}')
         check_device(self.device)
         kernels.check_mode(self.kernels)
+        precisions.check_precision(self.precision, self.device)
+        if self.precision != precisions.FP32 and self.kernels != kernels.NATIVE:
+            # The portable caps (ONEDNN_MAX_CPU_ISA=AVX2) would hide the bf16 units from OpenVINO too.
+            raise ValueError(f'--embed_precision {self.precision} runs on --embed_kernels {kernels.NATIVE}')
 
 
 def padded_length(n_tokens: int, max_length: int, bucket: int = LENGTH_BUCKET) -> int:
@@ -147,6 +154,14 @@ def kernel_probe(model, device: str = 'cpu') -> str:
     return digest
 
 
+def precision_check(model, texts: Sequence[str], batch_size: int = 64) -> precisions.QualityCheck:
+    """Embeds `texts` in the model's precision and in fp32; raises ValueError below the bound (`precision`)."""
+    reduced = embed_texts(model, texts, batch_size)
+    with precisions.fp32_forward(model):
+        full = embed_texts(model, texts, batch_size)
+    return precisions.check_quality(precisions.precision_of(model), reduced, full)
+
+
 class SharedModel:
     """A handle that gives every DoFn of a worker process the same loaded model.
 
@@ -159,27 +174,31 @@ class SharedModel:
     """
 
     def __init__(self, name_or_path: str, device: str = 'cpu', kernel_mode: str = kernels.DEFAULT_MODE,
-                 probe: Optional[str] = None):
+                 probe: Optional[str] = None, precision: str = precisions.DEFAULT_PRECISION):
         self.name_or_path = name_or_path
         self.device = device
         self.kernel_mode = kernels.check_mode(kernel_mode)
         self.probe = probe
+        self.precision = precision
         self._shared = Shared()
 
     @classmethod
     def of(cls, config: EmbeddingConfig) -> 'SharedModel':
-        return cls(config.model, config.device, config.kernels)
+        return cls(config.model, config.device, config.kernels, precision=config.precision)
 
     def acquire(self):
-        return self._shared.acquire(self._load, tag=(self.name_or_path, self.device, self.kernel_mode))
+        return self._shared.acquire(
+            self._load, tag=(self.name_or_path, self.device, self.kernel_mode, self.precision))
 
     def _load(self):
-        model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
+        model = precisions.set_precision(
+            load_embedding_model(self.name_or_path, self.device, self.kernel_mode), self.precision)
         probe = kernel_probe(model, self.device)
         if self.probe is not None and probe != self.probe and self.device == 'cpu':
             raise kernels.KernelError(
                 f'this worker ({kernels.cpu_name()}) computes other embedding bits than the launcher '
-                f'(kernel probe {probe}, launcher {self.probe}) with --embed_kernels {self.kernel_mode}'
+                f'(kernel probe {probe}, launcher {self.probe}) with --embed_kernels {self.kernel_mode}, '
+                f'--embed_precision {self.precision}'
                 + (f': run the build with --embed_kernels {kernels.PORTABLE}' if self.kernel_mode != kernels.PORTABLE
                    else ': please report this CPU'))
         self.probe = probe

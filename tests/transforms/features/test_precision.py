@@ -1,0 +1,139 @@
+"""--embed_precision bf16: OpenVINO on the CPU's bf16 units, close to fp32, the same bits whatever the batch.
+
+bf16 needs native kernels, which a process can only choose before torch's
+first kernel: this test process runs portable ones, so the model tests run
+in fresh processes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import REPO, TEXTS
+from transforms.features import kernels, precision
+from transforms.features.embedding import EmbeddingConfig
+
+
+def has_bf16() -> bool:
+    try:
+        return 'BF16' in precision.cpu_capabilities()
+    except ValueError:
+        return False
+
+
+needs_bf16 = pytest.mark.skipif(not has_bf16(), reason="needs a CPU with AVX-512 BF16 or AMX and "
+                                "pip install 'ragsieve[openvino]'")
+
+CHILD = '''
+import json, sys
+import torch
+from transforms.features import precision
+from transforms.features.embedding import embed_texts, kernel_probe, precision_check
+from transforms.features.cache_settings import embedding_settings
+from transforms.features.models import load_embedding_model
+from tests.helpers import TEXTS
+threads, batch = int(sys.argv[1]), int(sys.argv[2])
+torch.set_num_threads(threads)
+model = precision.set_precision(load_embedding_model('all-MiniLM-L6-v2', kernel_mode='native'), 'bf16')
+vectors = embed_texts(model, TEXTS, batch)
+alone = [embed_texts(model, [t])[0].tobytes().hex() for t in TEXTS]
+check = precision_check(model, TEXTS)
+print(json.dumps({'hex': vectors.tobytes().hex(), 'alone': alone, 'probe': kernel_probe(model),
+                  'min_cosine': check.min_cosine, 'settings': embedding_settings('m', model, 'cpu')}))
+'''
+
+
+def child(threads, batch):
+    done = subprocess.run([sys.executable, '-c', CHILD, str(threads), str(batch)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out['vectors'] = np.frombuffer(bytes.fromhex(out.pop('hex')), dtype=np.float32).reshape(len(TEXTS), -1)
+    return out
+
+
+@needs_bf16
+def test_bf16_is_close_to_fp32_and_the_same_bits_whatever_the_batch_and_threads(embedding_model):
+    from transforms.features.cache_settings import embedding_settings
+
+    one, two = child(1, 1), child(2, 64)
+    assert np.array_equal(one['vectors'], two['vectors']) and one['probe'] == two['probe']
+    assert one['vectors'].tobytes().hex() == ''.join(one['alone'])
+    assert one['min_cosine'] >= precision.MIN_COSINE
+    # The cache never mixes precisions: the key names it, and the probe's digest differs too.
+    fp32 = embedding_settings('m', embedding_model, 'cpu')
+    assert fp32['precision'] == 'fp32' and one['settings']['precision'] == 'bf16'
+    assert fp32['kernels'] != one['settings']['kernels']
+
+
+@needs_bf16
+def test_a_build_in_bf16_checks_its_sample_first_and_gives_the_same_bytes_twice(tmp_path):
+    def build(out, *flags):
+        done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(REPO / "sample_corpus"),
+                               '--output', str(out), '--chunk_size', '64', *flags], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((out / 'manifest.json').read_text())
+
+    first = build(tmp_path / 'a', '--embed_precision', 'bf16')
+    second = build(tmp_path / 'b', '--embed_precision', 'bf16')
+    check = first['embedding']['precision_check']
+    assert first['embedding']['precision'] == 'bf16' and check['precision'] == 'bf16'
+    assert check['sample'] == first['counts']['chunks_before_filters'] <= precision.SAMPLE
+    assert check['min_cosine'] >= precision.MIN_COSINE and check['mean_cosine'] >= check['min_cosine']
+    assert first['kernels']['mode'] == kernels.NATIVE and not first['kernels']['byte_stable_across_machines']
+    for table in ('chunks', 'index'):
+        for part in sorted((tmp_path / 'a' / table).iterdir()):
+            assert part.read_bytes() == (tmp_path / 'b' / table / part.name).read_bytes(), part
+    # A bound no bf16 vector reaches stops the build before the pipeline, saying why.
+    done = subprocess.run([sys.executable, '-c', (
+        'import sys; from transforms.features import precision; precision.MIN_COSINE = 1.0; '
+        'from pipelines import cli; sys.exit(cli.main(sys.argv[1:]))'), 'build', '--input', str(REPO / "sample_corpus"),
+        '--output', str(tmp_path / 'c'), '--embed_precision', 'bf16'], cwd=REPO, capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 2 and 'minimum cosine to fp32' in done.stderr and not (tmp_path / 'c').exists()
+
+
+def test_a_cpu_without_bf16_units_gets_a_clear_message(monkeypatch):
+    # A fake of OpenVINO's capability query only (the unit under test is the refusal, not the model).
+    monkeypatch.setattr(precision, 'cpu_capabilities', lambda: ['FP32', 'INT8'])
+    with pytest.raises(ValueError, match='no bf16 units .* use --embed_precision fp32'):
+        precision.check_precision('bf16')
+    assert precision.check_precision('fp32') == 'fp32'
+
+
+def test_bad_precisions_and_settings_are_refused():
+    with pytest.raises(ValueError, match='must be one of fp32, bf16'):
+        precision.check_precision('int4')
+    if has_bf16():
+        with pytest.raises(ValueError, match='runs on --embed_kernels native'):
+            EmbeddingConfig(precision='bf16', kernels=kernels.PORTABLE)
+
+
+def test_only_mean_pooling_is_run_by_openvino():
+    assert precision._mean_pooling({'pooling_mode': 'mean'})
+    assert precision._mean_pooling({'pooling_mode_mean_tokens': True, 'pooling_mode_cls_token': False})
+    assert not precision._mean_pooling({'pooling_mode': 'cls'})
+    assert not precision._mean_pooling({'pooling_mode_mean_tokens': True, 'pooling_mode_max_tokens': True})
+
+
+def test_the_quality_bound_refuses_vectors_too_far_from_fp32():
+    full = np.eye(3, dtype=np.float32)
+    close = np.array([[1, 0.01, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    check = precision.check_quality('bf16', close, full)
+    assert check.sample == 3 and check.min_cosine == pytest.approx(0.99995, abs=1e-5) and check.passed
+    far = np.array([[1, 0.1, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    far /= np.linalg.norm(far, axis=1, keepdims=True)
+    with pytest.raises(ValueError, match='minimum cosine to fp32 on 3 sampled chunks is 0.995037, below 0.999'):
+        precision.check_quality('bf16', far, full)
+
+
+def test_the_sample_is_fixed_and_seeded():
+    texts = [f'text {i}' for i in range(1000)]
+    assert precision.sample_texts(texts, 5) == precision.sample_texts(list(texts), 5)
+    assert len(set(precision.sample_texts(texts, 256))) == 256 and precision.sample_texts(texts[:3]) == texts[:3]

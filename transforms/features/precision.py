@@ -1,0 +1,175 @@
+"""Reduced-precision embedding: the model's transformer run by OpenVINO in bf16, pooled as the model pools.
+
+`fp32` (the default) is torch, bit-identical on every x86-64 CPU
+(`kernels`). `bf16` compiles the same weights with OpenVINO for the CPU's
+bf16 units (AVX-512 BF16, AMX): measured on an AMX Xeon, 0.20x the time of
+torch fp32 (native kernels) at a minimum cosine of 0.99997 to it, and the
+same bits whatever the batch and threads on that CPU (the kernel probe
+checks it at every load) — but other bits on another CPU kind. The build
+checks the quality on a sample of its own chunks first
+(`embedding.precision_check`).
+
+OpenVINO is an optional extra (`pip install 'ragsieve[openvino]'`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import warnings
+from typing import Sequence
+
+import numpy as np
+
+FP32 = 'fp32'
+BF16 = 'bf16'
+PRECISIONS = (FP32, BF16)
+DEFAULT_PRECISION = FP32
+# The sample `check_quality` embeds both ways, and the bound its minimum cosine must reach.
+SAMPLE = 256
+MIN_COSINE = 0.999
+_INPUTS = ('input_ids', 'attention_mask', 'token_type_ids')
+
+
+def check_precision(precision: str, device: str = 'cpu') -> str:
+    """Returns `precision` if this machine can embed in it.
+
+    Raises:
+      ValueError: For an unknown precision, bf16 off the CPU, without
+        OpenVINO, or on a CPU without bf16 units (it would be slower than fp32).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f'--embed_precision must be one of {", ".join(PRECISIONS)}, got {precision!r}')
+    if precision == FP32:
+        return precision
+    if device != 'cpu':
+        raise ValueError(f'--embed_precision {precision} runs on the CPU (OpenVINO); got --device {device}')
+    if BF16.upper() not in cpu_capabilities():
+        raise ValueError(f'--embed_precision {precision}: this CPU has no bf16 units (AVX-512 BF16 or AMX), '
+                         'where bf16 would be slower than fp32: use --embed_precision fp32')
+    return precision
+
+
+def cpu_capabilities() -> list[str]:
+    """The reduced precisions this CPU has units for (`BF16`), from its flags.
+
+    Read from /proc/cpuinfo, not from OpenVINO: OpenVINO must not start
+    before the kernels are pinned (it would keep a portable parent's
+    ONEDNN_MAX_CPU_ISA=AVX2, which hides the bf16 units).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec('openvino') is None:
+        raise ValueError("--embed_precision bf16 needs OpenVINO: pip install 'ragsieve[openvino]'")
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            flags = set(next((line for line in f if line.startswith('flags')), '').split())
+    except OSError:
+        return []
+    return ['FP32'] + (['BF16'] if flags & {'avx512_bf16', 'amx_bf16'} else [])
+
+
+class OpenVINOForward:
+    """Stands in for a SentenceTransformer's forward: its transformer compiled by OpenVINO, then mean pooling.
+
+    Takes the features `embed_texts` builds (token ids, masks) and returns
+    `{'sentence_embedding': tensor}` as the model does, so every caller of
+    the model (chunkers, deltas, the probe) embeds in the same precision.
+    """
+
+    def __init__(self, model, precision: str):
+        import openvino as ov
+        import torch
+
+        pooling = model[1].get_config_dict() if len(model) > 1 else {}
+        if not _mean_pooling(pooling):
+            raise ValueError(f'--embed_precision {precision} supports models with mean pooling only '
+                             f'(this one pools with {pooling or "none"})')
+        transformer = model[0].auto_model
+        example = model.tokenizer(['an example'], padding='max_length', max_length=16, return_tensors='pt')
+        self._names = [n for n in _INPUTS if n in example]
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # the tracer's warnings about shape-dependent branches
+            converted = ov.convert_model(transformer, example_input={n: example[n] for n in self._names})
+        # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
+        self._compiled = ov.Core().compile_model(converted, 'CPU', {
+            'INFERENCE_PRECISION_HINT': precision, 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+        self.precision = precision
+
+    def __call__(self, features: dict) -> dict:
+        import torch
+
+        tokens = self._compiled({n: features[n].numpy() for n in self._names})[0]
+        mask = features['attention_mask'].numpy()[..., None].astype(np.float32)
+        pooled = (tokens * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return {'sentence_embedding': torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32))}
+
+
+def _mean_pooling(config: dict) -> bool:
+    # sentence-transformers 6 names the mode (`pooling_mode: mean`); older configs set one flag of several.
+    if 'pooling_mode' in config:
+        return config['pooling_mode'] == 'mean'
+    modes = [k for k, v in config.items() if k.startswith('pooling_mode_') and v]
+    return modes == ['pooling_mode_mean_tokens']
+
+
+def set_precision(model, precision: str):
+    """Makes `model` embed in `precision` (bf16: through `OpenVINOForward`); returns it."""
+    if precision != FP32:
+        model.forward = OpenVINOForward(model, precision)
+    return model
+
+
+def precision_of(model) -> str:
+    forward = model.__dict__.get('forward')
+    return forward.precision if isinstance(forward, OpenVINOForward) else FP32
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityCheck:
+    """How close a reduced precision's vectors are to fp32's on a sample (the manifest's `precision_check`)."""
+
+    precision: str
+    sample: int
+    min_cosine: float
+    mean_cosine: float
+
+    @property
+    def passed(self) -> bool:
+        return self.min_cosine >= MIN_COSINE
+
+
+def sample_texts(texts: Sequence[str], n: int = SAMPLE, seed: int = 0) -> list[str]:
+    """A fixed, seeded sample of `n` texts (all of them when fewer)."""
+    texts = list(texts)
+    return texts if len(texts) <= n else random.Random(seed).sample(texts, n)
+
+
+def check_quality(precision: str, reduced: np.ndarray, full: np.ndarray) -> QualityCheck:
+    """Compares a sample's unit vectors in `precision` (`reduced`) with the same texts' in fp32 (`full`).
+
+    Raises:
+      ValueError: When the minimum cosine is below `MIN_COSINE`.
+    """
+    cosines = (reduced * full).sum(axis=1) if len(reduced) else np.ones(1)
+    check = QualityCheck(precision, len(reduced), round(float(cosines.min()), 7), round(float(cosines.mean()), 7))
+    if not check.passed:
+        raise ValueError(f'--embed_precision {precision}: the minimum cosine to fp32 on {check.sample} sampled '
+                         f'chunks is {check.min_cosine:.6f}, below {MIN_COSINE}: use --embed_precision fp32')
+    return check
+
+
+def fp32_forward(model):
+    """A context in which `model` runs its own fp32 forward, whatever precision it was set to."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def context():
+        reduced = model.__dict__.pop('forward', None)
+        try:
+            yield model
+        finally:
+            if reduced is not None:
+                model.forward = reduced
+
+    return context()
