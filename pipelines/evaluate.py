@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
+
 from pipelines import cli
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
@@ -57,7 +59,9 @@ from transforms.evaluation.grid import (
 from transforms.evaluation.lemmas import DEFAULT_LEMMA_MODEL, LemmaTable, lemma_tables, load_lemmatizer
 from transforms.evaluation.scoring import DENSE, RETRIEVALS, evaluate_chunker
 from transforms.features import cache as feature_cache
-from transforms.features.embedding import EmbeddingConfig
+from transforms.features import kernels
+from transforms.features import precision as precisions
+from transforms.features.embedding import EmbeddingConfig, embed_texts
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 from transforms.output import snapshots
 
@@ -110,6 +114,8 @@ class EvaluateConfig:
     variants: tuple[str, ...] = metrics.VARIANTS
     batch_size: int = 64
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    # bf16: chunks embedded as `build --embed_precision bf16` embeds them; questions in fp32, as `query` does.
+    embed_precision: str = precisions.FP32
     lemma_model: str = DEFAULT_LEMMA_MODEL
     progress: bool = True
     retrieval: str = DENSE
@@ -166,15 +172,20 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     output = Path(config.output)
     output.mkdir(parents=True, exist_ok=True)
 
+    native = config.embed_precision != precisions.FP32  # bf16 runs on native kernels (EmbeddingConfig)
     if model is None:
-        model = load_embedding_model(config.embedding_model)
+        model = precisions.set_precision(
+            load_embedding_model(config.embedding_model, kernel_mode=kernels.NATIVE if native else kernels.PORTABLE),
+            config.embed_precision)
     lock = snapshots.lock(config.cache) if config.cache else contextlib.nullcontext()
     with lock:
         if config.cache:
             feature_cache.delete_incomplete(config.cache)
         settings = FilterConfig()
         store = FeatureStore(model, config.batch_size, settings.features, open_cache(
-            config.cache, EmbeddingConfig(config.embedding_model, config.batch_size), model, settings.features,
+            config.cache, EmbeddingConfig(config.embedding_model, config.batch_size,
+                                          kernels=kernels.NATIVE if native else kernels.PORTABLE,
+                                          precision=config.embed_precision), model, settings.features,
             grid_needs(config.filters)))
         summary = _evaluate(config, documents, questions, store, output, started)
         t = time.perf_counter()
@@ -188,11 +199,22 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     return summary
 
 
+def question_vectors(store: FeatureStore, questions: Sequence[str]) -> np.ndarray:
+    """The questions' vectors: in fp32 whatever the chunks' precision, as `ragsieve query` embeds them.
+
+    Reduced-precision runs embed them outside the store, whose cache holds that precision's vectors only.
+    """
+    if precisions.precision_of(store.model) == precisions.FP32:
+        return store.embed(questions)
+    with precisions.fp32_forward(store.model):
+        return embed_texts(store.model, list(questions), store.batch_size)
+
+
 def _evaluate(config, documents, questions, store: FeatureStore, output: Path, started: float) -> dict:
     """Scores the grid; writes results.csv, the tables and the plots; returns the summary."""
     from tqdm import tqdm
 
-    query_vectors = store.embed([q.question for q in questions])
+    query_vectors = question_vectors(store, [q.question for q in questions])
     lemmas: dict[str, LemmaTable] = {}
     setup = {'load_and_queries': time.perf_counter() - started}
     if metrics.PREPROCESSED in config.variants:
@@ -268,6 +290,9 @@ def parser() -> argparse.ArgumentParser:
                         help='Texts per forward pass of the embedding model.')
     parser.add_argument('--embedding_model', type=str, default=DEFAULT_EMBEDDING_MODEL,
                         help='sentence-transformers model name or local path.')
+    parser.add_argument('--embed_precision', type=str, default=precisions.FP32, choices=list(precisions.PRECISIONS),
+                        help='Precision the chunks are embedded in, as by `ragsieve build --embed_precision`; '
+                             'questions are embedded in fp32, as by `ragsieve query`.')
     parser.add_argument('--lemma_model', type=str, default=DEFAULT_LEMMA_MODEL,
                         help='spaCy package lemmatizing the preprocessed variant.')
     parser.add_argument('--retrieval', type=str, choices=RETRIEVALS, default=DENSE,
@@ -308,6 +333,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         variants=tuple(v.strip() for v in args.variants.split(',')),
         batch_size=args.batch_size,
         embedding_model=args.embedding_model,
+        embed_precision=args.embed_precision,
         lemma_model=args.lemma_model,
         progress=not args.no_progress,
         retrieval=args.retrieval,

@@ -137,3 +137,25 @@ def test_the_sample_is_fixed_and_seeded():
     texts = [f'text {i}' for i in range(1000)]
     assert precision.sample_texts(texts, 5) == precision.sample_texts(list(texts), 5)
     assert len(set(precision.sample_texts(texts, 256))) == 256 and precision.sample_texts(texts[:3]) == texts[:3]
+
+
+@needs_bf16
+def test_the_evaluation_embeds_chunks_in_bf16_and_questions_in_fp32(tmp_path):
+    from tests.helpers import CHROMA
+
+    def evaluate(precision_name):
+        out = tmp_path / precision_name
+        done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'evaluate', '--dataset', 'chroma',
+                               '--data', str(CHROMA), '--output', str(out), '--chunkers', 'fixed:40:0',
+                               '--filters', 'none', '--max_questions', '6', '--variants', 'raw', '--no_progress',
+                               '--cache', str(tmp_path / 'cache'), '--embed_precision', precision_name],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((out / 'summary.json').read_text())
+
+    bf16, fp32 = evaluate('bf16'), evaluate('fp32')
+    # One cache root, two precisions: the fp32 run reuses none of the bf16 vectors, and embeds through
+    # its store the questions that the bf16 run embedded in fp32 outside it.
+    questions = bf16['questions']
+    assert bf16['cache']['computed']['embedding'] > 0 and questions == fp32['questions'] > 0
+    assert fp32['cache']['computed']['embedding'] == bf16['cache']['computed']['embedding'] + questions
