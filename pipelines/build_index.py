@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import build_gates, heap
 from pipelines.build_manifest import (
@@ -299,7 +299,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
         cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=direct_runner(options), options=options)
     build_pipeline(pipeline, config, target.directory, dim, handle, cache)
     result = pipeline.run()
     result.wait_until_finish()
@@ -333,6 +333,27 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     if cache:
         cache.prune()
     return manifest
+
+
+def direct_runner(options: PipelineOptions):
+    """Without --runner, the runner Beam's DirectRunner runs a batch pipeline on, built as it builds it.
+
+    The DirectRunner first tries Beam's Prism runner: it translates the whole
+    pipeline, starts a worker pool and fetches Prism's binary from GitHub
+    (offline: fails, ~0.5 s of every build) before it falls back to this
+    FnApiRunner, the runner of every test and guarantee (docs/guarantees.md).
+    With --runner, Beam builds the runner named (None here).
+    """
+    if options.view_as(StandardOptions).runner is not None:
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    # The workers of --direct_running_mode multi_processing read the options from here.
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None:
