@@ -8,13 +8,13 @@ import logging
 import posixpath
 import sys
 import time
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates
+from pipelines import build_gates, heap
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -225,10 +225,12 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     """
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
     LOG.setLevel(logging.INFO)
-    options = parse_args(argv)
-    config = with_shards(BuildConfig.from_options(options.view_as(BuildIndexOptions)))
-    check_paths(config)
     with contextlib.ExitStack() as stack:
+        stack.callback(heap.release)  # what the launcher loaded, frozen for the run
+        with heap.loading():  # torch's import, by --device's check
+            options = parse_args(argv)
+            config = with_shards(BuildConfig.from_options(options.view_as(BuildIndexOptions)))
+        check_paths(config)
         for path, root in build_locks(config):
             stack.enter_context(snapshots.lock_file(root, path))
         target, debris = prepare_target(config)
@@ -301,15 +303,37 @@ def discard(config: BuildConfig, target: Target) -> None:
         LOG.exception('could not delete %s', target.directory)
 
 
-def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target) -> dict:
-    """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
+class Models(NamedTuple):
+    """What the launcher loaded, once, before the pipeline: `model` is held until the run ends."""
+
+    handle: SharedModel
+    model: object
+    dim: int
+    max_seq_length: int
+    ner_meta: Optional[dict]
+
+
+def load_models(config: BuildConfig) -> Models:
+    """Loads and checks the embedding model, and spaCy's when a filter needs entities."""
     handle = SharedModel.of(config.embedding)
     # Held until the run ends: the DirectRunner's in-process workers then share it.
     model = handle.acquire()
     dim, max_seq_length = check_model(config, model)
     config.index.check(dim)
-    precision_check = check_precision(config, model)
-    ner_meta = check_ner(config.filters)
+    return Models(handle, model, dim, max_seq_length, check_ner(config.filters))
+
+
+def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target) -> dict:
+    """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
+    with heap.loading():
+        models = load_models(config)
+    return run_and_publish(config, options, target, models)
+
+
+def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models) -> dict:
+    """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest."""
+    handle, model, dim, max_seq_length, ner_meta = models
+    quality = check_precision(config, model)
     cache = None
     if config.cache:
         cached = ['spans', 'embedding'] + [f for f in ('minhash', 'entities') if config.filters.needs(f)]
@@ -324,7 +348,7 @@ def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Tar
     publish.checkpoint('after_pipeline')
     manifest = make_manifest(
         config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started,
-        precision_check)
+        quality)
     # The audit reached the launcher through this file; the manifest is its one home now.
     FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
@@ -375,4 +399,6 @@ def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None
 if __name__ == '__main__':
     from pipelines import cli
 
-    sys.exit(cli.run_and_report('build', run, sys.argv[1:]))
+    status = cli.run_and_report('build', run, sys.argv[1:])
+    heap.spare_exit()
+    sys.exit(status)

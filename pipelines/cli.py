@@ -15,6 +15,7 @@ import re
 import sys
 from typing import Optional
 
+from pipelines import heap
 from transforms.output.gates import REFUSED_EXIT_STATUS
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
@@ -71,8 +72,19 @@ BEAM_STEP_LOGGER = 'apache_beam.runners.common'
 
 
 def main(argv=None) -> int:
-    """Runs a sub-command; invalid settings exit with 2 and one clear line on stderr."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Runs a sub-command; invalid settings exit with 2 and one clear line on stderr.
+
+    With `argv` None it is the process's command (`ragsieve ...`), which
+    ends when it returns.
+    """
+    status = dispatch(list(sys.argv[1:] if argv is None else argv))
+    if argv is None:
+        heap.spare_exit()
+    return status
+
+
+def dispatch(argv: list[str]) -> int:
+    """Runs the sub-command `argv[0]` with the flags after it; returns the exit status."""
     if not argv or argv[0] in ('-h', '--help'):
         print(USAGE)
         return 0 if argv else 2
@@ -80,7 +92,12 @@ def main(argv=None) -> int:
     if command not in COMMANDS:
         print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
         return 2
-    return run_and_report(command, importlib.import_module(COMMANDS[command]).run, rest)
+    with heap.loading():  # Beam's import, for most commands
+        run = importlib.import_module(COMMANDS[command]).run
+    try:
+        return run_and_report(command, run, rest)
+    finally:
+        heap.release()
 
 
 class OneLineParser(argparse.ArgumentParser):
