@@ -85,6 +85,10 @@ class OpenVINOForward:
         if not _mean_pooling(pooling):
             raise ValueError(f'--embed_precision {precision} supports models with mean pooling only '
                              f'(this one pools with {pooling or "none"})')
+        after = [type(m).__name__ for m in list(model)[2:]]
+        if set(after) - {'Normalize'}:  # a Dense layer after pooling would be skipped
+            raise ValueError(f'--embed_precision {precision} supports a transformer, mean pooling and '
+                             f'normalization only (this model adds {after})')
         transformer = model[0].auto_model
         example = model.tokenizer(['an example'], padding='max_length', max_length=16, return_tensors='pt')
         self._names = [n for n in _INPUTS if n in example]
