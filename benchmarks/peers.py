@@ -157,6 +157,7 @@ def run_ragsieve(corpus: str, work: str, args) -> tuple[int, int]:
         '--input', corpus, '--output', os.path.join(work, 'ragsieve'), '--cache', 'none',
         '--chunker', 'recursive', '--chunk_size', str(args.chunk_size),
         '--chunk_overlap', str(args.chunk_overlap), '--embed_batch_size', str(args.batch_size),
+        '--embed_precision', args.embed_precision,
     ])
     counts = manifest['counts']
     # Deltas are embedded too, by their own stage.
@@ -249,8 +250,16 @@ def main():
     parser.add_argument('--chunk_overlap', type=int, default=0, help='Tokens of overlap.')
     parser.add_argument('--systems', type=str, default=','.join(SYSTEMS), help=f'Comma-separated, of {SYSTEMS}.')
     parser.add_argument('--corpora', type=str, default=','.join(CORPORA), help=f'Comma-separated, of {CORPORA}.')
+    parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16'),
+                        help='ragsieve\'s --embed_precision (bf16: the whole process runs native kernels; '
+                             'the floor and the peers stay fp32).')
     parser.add_argument('--markdown', type=str, default=None, help='Also write the table to this file.')
     args = parser.parse_args()
+    if args.embed_precision != 'fp32':
+        from transforms.features import kernels
+
+        # bf16 runs on native kernels, fixed per process: every system here then runs on them.
+        kernels.pin(kernels.NATIVE)
     systems = [s for s in args.systems.split(',') if s]
     corpora = [c for c in args.corpora.split(',') if c]
     if not systems or set(systems) - set(SYSTEMS) or not corpora or set(corpora) - set(CORPORA):
