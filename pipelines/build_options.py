@@ -275,8 +275,7 @@ class BuildConfig:
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
-                # A reduced precision runs on the CPU's own units: native kernels (see EmbeddingConfig).
-                options.embed_kernels if options.embed_precision == precisions.FP32 else kernels.NATIVE,
+                precisions.kernel_mode(options.embed_precision, options.embed_kernels),
                 options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,

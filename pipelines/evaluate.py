@@ -172,11 +172,10 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     output = Path(config.output)
     output.mkdir(parents=True, exist_ok=True)
 
-    native = config.embed_precision != precisions.FP32  # bf16 runs on native kernels (EmbeddingConfig)
+    mode = precisions.kernel_mode(config.embed_precision, kernels.DEFAULT_MODE)
     if model is None:
         model = precisions.set_precision(
-            load_embedding_model(config.embedding_model, kernel_mode=kernels.NATIVE if native else kernels.PORTABLE),
-            config.embed_precision)
+            load_embedding_model(config.embedding_model, kernel_mode=mode), config.embed_precision)
     lock = snapshots.lock(config.cache) if config.cache else contextlib.nullcontext()
     with lock:
         if config.cache:
@@ -184,7 +183,7 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
         settings = FilterConfig()
         store = FeatureStore(model, config.batch_size, settings.features, open_cache(
             config.cache, EmbeddingConfig(config.embedding_model, config.batch_size,
-                                          kernels=kernels.NATIVE if native else kernels.PORTABLE,
+                                          kernels=mode,
                                           precision=config.embed_precision), model, settings.features,
             grid_needs(config.filters)))
         summary = _evaluate(config, documents, questions, store, output, started)

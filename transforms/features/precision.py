@@ -14,6 +14,7 @@ OpenVINO is an optional extra (`pip install 'ragsieve[openvino]'`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import warnings
@@ -117,6 +118,13 @@ def _mean_pooling(config: dict) -> bool:
     return modes == ['pooling_mode_mean_tokens']
 
 
+def kernel_mode(precision: str, requested: str) -> str:
+    """The kernels a run in `precision` uses: `requested` in fp32; native otherwise (they need the CPU's own units)."""
+    from transforms.features import kernels
+
+    return requested if precision == FP32 else kernels.NATIVE
+
+
 def set_precision(model, precision: str):
     """Makes `model` embed in `precision` (bf16: through `OpenVINOForward`); returns it."""
     if precision != FP32:
@@ -163,17 +171,12 @@ def check_quality(precision: str, reduced: np.ndarray, full: np.ndarray) -> Qual
     return check
 
 
+@contextlib.contextmanager
 def fp32_forward(model):
     """A context in which `model` runs its own fp32 forward, whatever precision it was set to."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def context():
-        reduced = model.__dict__.pop('forward', None)
-        try:
-            yield model
-        finally:
-            if reduced is not None:
-                model.forward = reduced
-
-    return context()
+    reduced = model.__dict__.pop('forward', None)
+    try:
+        yield model
+    finally:
+        if reduced is not None:
+            model.forward = reduced
