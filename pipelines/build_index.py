@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, heap
+from pipelines import build_gates, heap, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -341,7 +341,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
         cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
     build_pipeline(pipeline, config, target.directory, dim, handle, cache)
     result = pipeline.run()
     result.wait_until_finish()

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import cli
+from pipelines.runners import check_runner
 from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
@@ -427,29 +428,3 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     options = PipelineOptions(argv)
     check_runner(options.view_as(StandardOptions).runner)
     return options
-
-
-# Runners a build is known to run on, and the same results on each (docs/guarantees.md).
-RUNNERS = ('DirectRunner', 'PortableRunner', 'FlinkRunner', 'DataflowRunner')
-# Beam runners that cannot run a build, and why.
-REFUSED_RUNNERS = {
-    'dask': "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph, "
-            'so a build would lose its rejected and dropped rows',
-}
-
-
-def check_runner(runner: Optional[str]) -> None:
-    """Refuses, before anything loads, a `--runner` that is no Beam runner or one a build cannot run on.
-
-    Raises:
-      ValueError: Saying why, and which runners work.
-    """
-    if runner is None:
-        return  # Beam's default, the DirectRunner
-    name = runner.rsplit('.', 1)[-1].lower().removesuffix('runner')
-    works = ', '.join(RUNNERS)
-    if name in REFUSED_RUNNERS:
-        raise ValueError(f'--runner {runner}: {REFUSED_RUNNERS[name]}; use one of {works}')
-    known = {n.lower().removesuffix('runner') for n in StandardOptions.KNOWN_RUNNER_NAMES}
-    if name not in known and '.' not in runner:
-        raise ValueError(f'--runner {runner!r} is not a Beam runner; ragsieve runs on {works}')
