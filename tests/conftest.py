@@ -18,8 +18,9 @@ kernels.pin(kernels.DEFAULT_MODE)
 
 @pytest.fixture(autouse=True)
 def private_cache_home(tmp_path, monkeypatch):
-    """Keeps what jobs cache by default (the evaluation's features) out of the user's home."""
+    """Keeps what jobs cache by default (the evaluation's features, OpenVINO's conversions) out of the user's home."""
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg_cache'))
+    monkeypatch.delenv('RAGSIEVE_OPENVINO_CACHE', raising=False)
 
 
 @pytest.fixture(scope='session')

@@ -13,7 +13,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
-from transforms.features import kernels, precision as precisions
+from transforms.features import kernels, openvino_cache, precision as precisions
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model
 from transforms.types import Chunk
 
@@ -155,11 +155,24 @@ def kernel_probe(model, device: str = 'cpu') -> str:
 
 
 def precision_check(model, texts: Sequence[str], batch_size: int = 64) -> precisions.QualityCheck:
-    """Embeds `texts` in the model's precision and in fp32; raises ValueError below the bound (`precision`)."""
+    """Embeds `texts` in the model's precision and in fp32; raises ValueError below the bound (`precision`).
+
+    A check this machine did before on the same texts, weights, CPU and
+    libraries is read back instead (`openvino_cache`): it would compute the
+    same vectors, so the same cosines.
+    """
+    precision = precisions.precision_of(model)
+    key = openvino_cache.sample_key(texts, weights=precisions.weights_of(model), precision=precision,
+                                    probe=kernel_probe(model), cpu=kernels.cpu_name(), flags=kernels.cpu_flags())
+    found = openvino_cache.remembered_check(key)
+    if found is not None:
+        return dataclasses.replace(precisions.QualityCheck(**found), remembered=True).enforce()
     reduced = embed_texts(model, texts, batch_size)
     with precisions.fp32_forward(model):
         full = embed_texts(model, texts, batch_size)
-    return precisions.check_quality(precisions.precision_of(model), reduced, full)
+    check = precisions.check_quality(precision, reduced, full)
+    openvino_cache.remember_check(key, dataclasses.asdict(check))
+    return check
 
 
 class SharedModel:

@@ -232,6 +232,11 @@ def _cpuinfo() -> dict:
     return fields
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's feature flags, sorted ([] off Linux): with native kernels, what decides the bits."""
+    return sorted(set(_cpuinfo().get('flags', '').split()))
+
+
 def cpu_name() -> str:
     """The CPU's model name and its widest vector units, e.g. 'Intel(R) Xeon(R) Processor (amx)'."""
     info = _cpuinfo()

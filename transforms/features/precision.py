@@ -22,6 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
+from transforms.features import openvino_cache
+from transforms.features.models import model_fingerprint
+
 FP32 = 'fp32'
 BF16 = 'bf16'
 PRECISIONS = (FP32, BF16)
@@ -93,9 +96,17 @@ class OpenVINOForward:
         transformer = model[0].auto_model
         example = model.tokenizer(['an example'], padding='max_length', max_length=16, return_tensors='pt')
         self._names = [n for n in _INPUTS if n in example]
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter('ignore')  # the tracer's warnings about shape-dependent branches
-            converted = ov.convert_model(transformer, example_input={n: example[n] for n in self._names})
+        # The weights' hash: the key of the saved conversion and of the quality checks.
+        self.weights = model_fingerprint(model)
+
+        def convert():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter('ignore')  # the tracer's warnings about shape-dependent branches
+                return ov.convert_model(transformer, example_input={n: example[n] for n in self._names})
+
+        key = openvino_cache.digest({'weights': self.weights, 'inputs': self._names,
+                                     'libraries': openvino_cache.libraries()})
+        converted = openvino_cache.converted_model(key, convert)
         # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
         self._compiled = ov.Core().compile_model(converted, 'CPU', {
             'INFERENCE_PRECISION_HINT': precision, 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
@@ -137,6 +148,12 @@ def precision_of(model) -> str:
     return forward.precision if isinstance(forward, OpenVINOForward) else FP32
 
 
+def weights_of(model) -> str:
+    """The hash of the model's weights (`models.model_fingerprint`), computed once for a reduced precision."""
+    forward = model.__dict__.get('forward')
+    return forward.weights if isinstance(forward, OpenVINOForward) else model_fingerprint(model)
+
+
 @dataclasses.dataclass(frozen=True)
 class QualityCheck:
     """How close a reduced precision's vectors are to fp32's on a sample (the manifest's `precision_check`)."""
@@ -145,10 +162,24 @@ class QualityCheck:
     sample: int
     min_cosine: float
     mean_cosine: float
+    # True when a previous build on this machine checked the same sample (`openvino_cache`).
+    remembered: bool = False
 
     @property
     def passed(self) -> bool:
         return self.min_cosine >= MIN_COSINE
+
+    def enforce(self) -> 'QualityCheck':
+        """Returns the check if it passed.
+
+        Raises:
+          ValueError: When the minimum cosine is below `MIN_COSINE`.
+        """
+        if not self.passed:
+            raise ValueError(f'--embed_precision {self.precision}: the minimum cosine to fp32 on {self.sample} '
+                             f'sampled chunks is {self.min_cosine:.6f}, below {MIN_COSINE}: '
+                             'use --embed_precision fp32')
+        return self
 
 
 def sample_texts(texts: Sequence[str], n: int = SAMPLE, seed: int = 0) -> list[str]:
@@ -164,11 +195,8 @@ def check_quality(precision: str, reduced: np.ndarray, full: np.ndarray) -> Qual
       ValueError: When the minimum cosine is below `MIN_COSINE`.
     """
     cosines = (reduced * full).sum(axis=1) if len(reduced) else np.ones(1)
-    check = QualityCheck(precision, len(reduced), round(float(cosines.min()), 7), round(float(cosines.mean()), 7))
-    if not check.passed:
-        raise ValueError(f'--embed_precision {precision}: the minimum cosine to fp32 on {check.sample} sampled '
-                         f'chunks is {check.min_cosine:.6f}, below {MIN_COSINE}: use --embed_precision fp32')
-    return check
+    return QualityCheck(precision, len(reduced), round(float(cosines.min()), 7),
+                        round(float(cosines.mean()), 7)).enforce()
 
 
 @contextlib.contextmanager

@@ -85,15 +85,17 @@ def test_a_build_in_bf16_checks_its_sample_first_and_gives_the_same_bytes_twice(
     assert first['embedding']['precision'] == 'bf16' and check['precision'] == 'bf16'
     assert check['sample'] == first['counts']['chunks_before_filters'] <= precision.SAMPLE
     assert check['min_cosine'] >= precision.MIN_COSINE and check['mean_cosine'] >= check['min_cosine']
+    # The second build on this machine reads the check of the same sample back instead of redoing it.
+    assert not check['remembered'] and second['embedding']['precision_check'] == {**check, 'remembered': True}
     assert first['kernels']['mode'] == kernels.NATIVE and not first['kernels']['byte_stable_across_machines']
     for table in ('chunks', 'index'):
         for part in sorted((tmp_path / 'a' / table).iterdir()):
             assert part.read_bytes() == (tmp_path / 'b' / table / part.name).read_bytes(), part
-    # A bound no bf16 vector reaches stops the build before the pipeline, saying why.
+    # A bound no bf16 vector reaches stops the build before the pipeline, saying why (a remembered check too).
     done = subprocess.run([sys.executable, '-c', (
         'import sys; from transforms.features import precision; precision.MIN_COSINE = 1.0; '
         'from pipelines import cli; sys.exit(cli.main(sys.argv[1:]))'), 'build', '--input', str(REPO / "sample_corpus"),
-        '--output', str(tmp_path / 'c'), '--embed_precision', 'bf16'], cwd=REPO, capture_output=True, text=True,
+        '--output', str(tmp_path / 'c'), '--chunk_size', '64', '--embed_precision', 'bf16'], cwd=REPO, capture_output=True, text=True,
         timeout=600)
     assert done.returncode == 2 and 'minimum cosine to fp32' in done.stderr and not (tmp_path / 'c').exists()
 

@@ -1,0 +1,95 @@
+"""What a machine keeps between bf16 builds: whole entries or none, a damaged one redone, `none` for no cache."""
+
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import REPO, TEXTS
+from tests.transforms.features.test_precision import needs_bf16
+from transforms.features import openvino_cache
+
+
+def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    assert openvino_cache.root() == tmp_path / 'xdg_cache' / 'ragsieve' / 'openvino'
+    monkeypatch.setenv(openvino_cache.ENV, str(tmp_path / 'elsewhere'))
+    assert openvino_cache.root() == tmp_path / 'elsewhere'
+    monkeypatch.setenv(openvino_cache.ENV, 'none')
+    assert openvino_cache.root() is None
+    openvino_cache.remember_check('k', {'min_cosine': 1.0})
+    assert openvino_cache.remembered_check('k') is None
+
+
+def test_a_check_is_remembered_whole_and_a_damaged_one_is_redone(caplog):
+    check = {'precision': 'bf16', 'sample': 3, 'min_cosine': 0.9999, 'mean_cosine': 0.99995, 'remembered': False}
+    assert openvino_cache.remembered_check('k') is None
+    openvino_cache.remember_check('k', check)
+    assert openvino_cache.remembered_check('k') == check
+    folder = openvino_cache.root() / 'checks'
+    assert sorted(p.name for p in folder.iterdir()) == ['k']  # nothing left aside
+    (folder / 'k' / 'check.json').write_text('{"precision": "bf')  # a torn write of some other tool
+    with caplog.at_level(logging.WARNING):
+        assert openvino_cache.remembered_check('k') is None
+    assert 'checking the precision again' in caplog.text
+    openvino_cache.remember_check('k', check)
+    assert openvino_cache.remembered_check('k') == check
+
+
+def test_a_write_that_fails_leaves_no_entry_and_does_not_fail_the_build(caplog):
+    def fail(tmp):
+        (tmp / 'model.xml').write_text('<half')
+        raise OSError(28, 'No space left on device')
+
+    with caplog.at_level(logging.WARNING):
+        openvino_cache._write_whole(openvino_cache.root() / 'models' / 'k', fail)
+    assert list((openvino_cache.root() / 'models').iterdir()) == []
+    assert 'not written (' in caplog.text and 'No space left on device' in caplog.text
+
+
+def test_the_check_key_names_the_sample_and_what_decides_its_vectors():
+    key = openvino_cache.sample_key(['a', 'b'], weights='w', precision='bf16')
+    assert key == openvino_cache.sample_key(['a', 'b'], weights='w', precision='bf16')
+    assert key != openvino_cache.sample_key(['ab'], weights='w', precision='bf16')  # texts are delimited
+    assert key != openvino_cache.sample_key(['a', 'b'], weights='v', precision='bf16')
+
+
+CHILD = '''
+import json, sys
+import openvino as ov
+from transforms.features import precision
+from transforms.features.embedding import embed_texts
+from transforms.features.models import load_embedding_model
+from tests.helpers import TEXTS
+if sys.argv[1] == 'cached':  # the saved conversion must be read, never converted again
+    ov.convert_model = lambda *a, **k: sys.exit('converted again')
+model = precision.set_precision(load_embedding_model('all-MiniLM-L6-v2', kernel_mode='native'), 'bf16')
+print(json.dumps({'hex': embed_texts(model, TEXTS).tobytes().hex()}))
+'''
+
+
+@needs_bf16
+def test_a_saved_conversion_gives_the_same_bits_and_a_damaged_one_is_converted_again(tmp_path):
+    def child(mode):
+        done = subprocess.run([sys.executable, '-c', CHILD, mode], cwd=REPO, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return np.frombuffer(bytes.fromhex(json.loads(done.stdout.strip().splitlines()[-1])['hex']), np.float32), done
+
+    converted, _ = child('fresh')
+    [entry] = (tmp_path / 'xdg_cache' / 'ragsieve' / 'openvino' / 'models').iterdir()
+    assert sorted(p.name for p in entry.iterdir()) == ['blake2b.json', 'model.bin', 'model.xml']
+    cached, _ = child('cached')
+    assert np.array_equal(cached, converted) and len(cached) == len(TEXTS) * 384
+    weights = bytearray((entry / 'model.bin').read_bytes())
+    weights[len(weights) // 2] ^= 0x40  # one flipped bit: a model that reads, with one wrong weight
+    (entry / 'model.bin').write_bytes(bytes(weights))
+    repaired, done = child('fresh')
+    assert np.array_equal(repaired, converted) and 'do not match their hashes' in done.stderr
+    (entry / 'model.bin').write_bytes(bytes(weights[:1000]))  # torn by a full disk
+    repaired, done = child('fresh')
+    assert np.array_equal(repaired, converted) and 'converting the model again' in done.stderr
+    again, _ = child('cached')
+    assert np.array_equal(again, converted)

@@ -1,0 +1,132 @@
+"""What a machine keeps between bf16 builds: a model's OpenVINO conversion and the quality checks it passed.
+
+Converting a model for OpenVINO traces it through torch (~1 s for
+all-MiniLM-L6-v2) and compiling the traced graph takes ~0.5 s more; read
+back from its saved IR, the same model compiles in ~0.15 s and computes the
+same bits. The precision check embeds its sample in fp32, which on a small
+corpus costs as much as the whole build; its result is a pure function of
+the sample, the weights, the CPU and the libraries, so it is looked up by
+their digest.
+
+Both live under `$RAGSIEVE_OPENVINO_CACHE` (default
+`$XDG_CACHE_HOME/ragsieve/openvino`; `none` turns the cache off). Entries
+appear whole or not at all (written aside, then renamed), and one that
+cannot be read is converted or checked again and replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+LOG = logging.getLogger('ragsieve.openvino')
+ENV = 'RAGSIEVE_OPENVINO_CACHE'
+_IR = ('model.xml', 'model.bin')
+_SUM = 'blake2b.json'  # the IR files' hashes: a damaged weight must not pass for the model
+
+
+def root() -> Optional[Path]:
+    """The cache folder, or None when `$RAGSIEVE_OPENVINO_CACHE` is `none`."""
+    value = os.environ.get(ENV)
+    if value is not None:
+        return None if value.strip().lower() in ('', 'none', 'off') else Path(value)
+    return Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'ragsieve' / 'openvino'
+
+
+def libraries() -> dict:
+    """Versions of what converts, traces and runs the model: a new one converts and checks again."""
+    import openvino
+    import sentence_transformers
+    import torch
+    import transformers
+
+    return {'openvino': openvino.__version__, 'torch': torch.__version__,
+            'transformers': transformers.__version__, 'sentence_transformers': sentence_transformers.__version__}
+
+
+def digest(parts: dict) -> str:
+    return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode('utf-8'), digest_size=16).hexdigest()
+
+
+def converted_model(key: str, convert: Callable):
+    """The `ov.Model` saved under `key`, or `convert()`'s, saved there for the next process."""
+    import openvino as ov
+
+    folder = root() / 'models' / key if root() else None
+    if folder is not None and (folder / _SUM).is_file():
+        try:
+            if json.loads((folder / _SUM).read_text(encoding='utf-8')) != _hashes(folder):
+                raise ValueError('its files do not match their hashes')
+            return ov.Core().read_model(str(folder / _IR[0]))
+        except Exception as e:  # a damaged entry: convert again and replace it
+            LOG.warning('OpenVINO cache %s is unreadable (%s): converting the model again', folder, e)
+    model = convert()
+    if folder is not None:
+        def save(tmp: Path) -> None:
+            # Uncompressed: fp16 weights in the IR would change the bits.
+            ov.save_model(model, str(tmp / _IR[0]), compress_to_fp16=False)
+            (tmp / _SUM).write_text(json.dumps(_hashes(tmp)), encoding='utf-8')
+
+        _write_whole(folder, save)
+    return model
+
+
+def _hashes(folder: Path) -> dict:
+    out = {}
+    for name in _IR:
+        digest_ = hashlib.blake2b(digest_size=16)
+        with open(folder / name, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest_.update(block)
+        out[name] = digest_.hexdigest()
+    return out
+
+
+def remembered_check(key: str) -> Optional[dict]:
+    """The quality check stored under `key`, if a previous build on this machine did it."""
+    path = root() / 'checks' / key / 'check.json' if root() else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding='utf-8'))
+    except (OSError, ValueError) as e:
+        LOG.warning('OpenVINO cache %s is unreadable (%s): checking the precision again', path, e)
+        return None
+
+
+def remember_check(key: str, check: dict) -> None:
+    if root() is None:
+        return
+    text = json.dumps(check, sort_keys=True)
+    _write_whole(root() / 'checks' / key, lambda tmp: (tmp / 'check.json').write_text(text, encoding='utf-8'))
+
+
+def sample_key(texts: Sequence[str], **parts) -> str:
+    """Key of a quality check: the sample's texts with what decides their vectors (`parts`)."""
+    sample = hashlib.blake2b(digest_size=16)
+    for text in texts:
+        sample.update(text.encode('utf-8'))
+        sample.update(b'\0')
+    return digest({'sample': sample.hexdigest(), 'libraries': libraries(), **parts})
+
+
+def _write_whole(folder: Path, write: Callable[[Path], object]) -> None:
+    """Writes an entry aside and renames it into place; a cache that cannot be written is skipped."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.', dir=folder.parent))
+        try:
+            write(tmp)
+            if folder.exists():  # damaged, or written meanwhile by another process
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        LOG.warning('OpenVINO cache %s not written (%s): the next build converts and checks again', folder, e)
