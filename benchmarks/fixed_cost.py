@@ -4,12 +4,13 @@ Runs `ragsieve build` (the in-memory DirectRunner, one process) on a small
 corpus --repeats times, each in a fresh process, and times its phases from
 inside that process by wrapping the functions that start them: interpreter
 start, the build module's imports, options (torch's import), the model load
-and its kernel probe, spaCy, pipeline construction, the pipeline run (its
+and its kernel probe, in bf16 the OpenVINO conversion and the precision
+check, spaCy, pipeline construction, the pipeline run (its
 stages' busy seconds from the manifest, the runner's own overhead apart),
 manifest and gates, report.html, publishing, and the interpreter's exit.
 Prints the median of each phase over the runs.
 
-    python benchmarks/fixed_cost.py --input sample_corpus --repeats 5
+    python benchmarks/fixed_cost.py --input sample_corpus --repeats 5 [--embed_precision bf16]
 
 Run it with cwd at the tree to measure: that tree's code is what builds.
 """
@@ -73,6 +74,8 @@ def _wrap_phases(build_index, spans: dict) -> None:
     _timed(build_index.BuildConfig, 'from_options', spans, 'options')
     _timed(embedding, 'load_embedding_model', spans, 'model_load')
     _timed(embedding, 'kernel_probe', spans, 'kernel_probe')
+    _timed(embedding.precisions, 'set_precision', spans, 'conversion')
+    _timed(build_index, 'check_precision', spans, 'precision_check')
     _timed(build_index, 'check_ner', spans, 'spacy')
     _timed(build_index, 'build_pipeline', spans, 'construction')
     _timed(beam.Pipeline, 'run', spans, 'pipeline_run')
@@ -83,11 +86,12 @@ def _wrap_phases(build_index, spans: dict) -> None:
     _timed(publish, 'publish', spans, 'publish')
 
 
-def one_run(corpus: str, chunk_size: int) -> dict:
+def one_run(corpus: str, chunk_size: int, precision: str) -> dict:
     """Seconds of each phase of one build in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         times_file = os.path.join(tmp, 'times.json')
-        argv = ['--input', corpus, '--output', os.path.join(tmp, 'out'), '--chunk_size', str(chunk_size)]
+        argv = ['--input', corpus, '--output', os.path.join(tmp, 'out'), '--chunk_size', str(chunk_size),
+                '--embed_precision', precision]
         started = time.time()
         subprocess.run([sys.executable, os.path.abspath(__file__), '--child', times_file, '--', *argv],
                        check=True, capture_output=True)
@@ -107,6 +111,8 @@ def phases(started: float, ended: float, got: dict) -> dict:
         'options (torch import)': spans.get('options', 0.0),
         'model load': spans.get('model_load', 0.0),
         'kernel probe': spans.get('kernel_probe', 0.0),
+        'bf16: OpenVINO conversion and compile': spans.get('conversion', 0.0),
+        'bf16: precision check': spans.get('precision_check', 0.0),
         'spaCy load': spans.get('spacy', 0.0),
         'pipeline construction': spans.get('construction', 0.0),
         'run: embed': busy['embed'],
@@ -129,13 +135,19 @@ def main():
     parser.add_argument('--input', type=str, default='sample_corpus', help='The corpus to build.')
     parser.add_argument('--chunk_size', type=int, default=64, help='The build\'s --chunk_size.')
     parser.add_argument('--repeats', type=int, default=5, help='Builds, each in a fresh process; medians count.')
+    parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16'),
+                        help='The build\'s --embed_precision. In bf16 the runs share a fresh OpenVINO cache '
+                             '(transforms/features/openvino_cache.py): the first converts and checks, the '
+                             'next read both back (the max column is the first run).')
     parser.add_argument('--child', type=str, default=None, help=argparse.SUPPRESS)  # one build's own process
     args, rest = parser.parse_known_args()
     if args.child:
         argv = [a for a in rest if a != '--']
         child(argv, argv[argv.index('--output') + 1], args.child)
         return
-    runs = [one_run(args.input, args.chunk_size) for _ in range(args.repeats)]
+    with tempfile.TemporaryDirectory() as machine_cache:
+        os.environ['RAGSIEVE_OPENVINO_CACHE'] = machine_cache
+        runs = [one_run(args.input, args.chunk_size, args.embed_precision) for _ in range(args.repeats)]
     print(f'| phase | median s (of {args.repeats}) | min s | max s |\n|---|---|---|---|')
     for phase in runs[0]:
         values = [r[phase] for r in runs]
