@@ -20,6 +20,14 @@ inside its own timed run:
 - `langchain`: RecursiveCharacterTextSplitter (same tokenizer, size,
   overlap), HuggingFaceEmbeddings and a FAISS vector store saved locally.
 
+With `--embed_precision bf16` the process runs native kernels (bf16 needs
+them, and a process pins its kernels once), `ragsieve` builds in bf16, and
+two more systems run: `ragsieve_fp32` (the same build in fp32 on those
+kernels) and `floor_bf16` (every chunk embedded in bf16 as ragsieve embeds
+it: the model converted for OpenVINO, load and conversion included). Both
+bf16 systems use the machine's OpenVINO cache (`RAGSIEVE_OPENVINO_CACHE`):
+a fresh one makes the first round cold.
+
 Corpora, both written to a temporary folder that every system reads:
 - `chroma`: the Chroma corpora (`--data/*.md`), each file cut to its first
   `--max_chars` characters (at a line end) to keep the run short;
@@ -54,6 +62,8 @@ os.environ.setdefault('HF_HUB_DISABLE_PROGRESS_BARS', '1')
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEMS = ('ragsieve', 'floor', 'llamaindex', 'langchain')
+# With --embed_precision bf16, also: ragsieve in fp32 on the same (native) kernels, and the floor in bf16.
+REDUCED_SYSTEMS = ('ragsieve_fp32', 'floor_bf16')
 CORPORA = ('chroma', 'redundant')
 _SENTENCE = re.compile(r'(?<=[.!?])\s+')
 _NUMBER = re.compile(r'\d+')
@@ -150,14 +160,15 @@ def ragsieve_chunks(texts: dict[str, str], model_path: str, size: int, overlap: 
     return out
 
 
-def run_ragsieve(corpus: str, work: str, args) -> tuple[int, int]:
+def run_ragsieve(corpus: str, work: str, args, precision: str) -> tuple[int, int]:
     from pipelines import build_index
 
-    manifest = build_index.run([
+    kernels = ['--embed_kernels', 'native'] if args.embed_precision != 'fp32' else []
+    manifest = build_index.run([*kernels,
         '--input', corpus, '--output', os.path.join(work, 'ragsieve'), '--cache', 'none',
         '--chunker', 'recursive', '--chunk_size', str(args.chunk_size),
         '--chunk_overlap', str(args.chunk_overlap), '--embed_batch_size', str(args.batch_size),
-        '--embed_precision', args.embed_precision,
+        '--embed_precision', precision,
     ])
     counts = manifest['counts']
     # Deltas are embedded too, by their own stage.
@@ -169,6 +180,18 @@ def run_floor(texts: list[str], model_path: str, batch_size: int) -> tuple[int, 
 
     model = SentenceTransformer(model_path, device='cpu')
     vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+    return len(texts), len(vectors)
+
+
+def run_floor_reduced(texts: list[str], model_path: str, batch_size: int, precision: str) -> tuple[int, int]:
+    """The floor in a reduced precision: the model converted as ragsieve converts it, every chunk embedded."""
+    from sentence_transformers import SentenceTransformer
+
+    from transforms.features import precision as precisions
+    from transforms.features.embedding import embed_texts
+
+    model = precisions.set_precision(SentenceTransformer(model_path, device='cpu'), precision)
+    vectors = embed_texts(model, texts, batch_size)
     return len(texts), len(vectors)
 
 
@@ -226,6 +249,8 @@ def preimport(systems) -> None:
     modules = {
         'ragsieve': ['pipelines.build_index'],
         'floor': ['sentence_transformers'],
+        'ragsieve_fp32': ['pipelines.build_index'],
+        'floor_bf16': ['sentence_transformers', 'openvino', 'transforms.features.precision'],
         'llamaindex': ['llama_index.core.ingestion', 'llama_index.embeddings.huggingface'],
         'langchain': ['langchain_community.embeddings', 'langchain_community.vectorstores',
                       'langchain_text_splitters'],
@@ -248,10 +273,13 @@ def main():
     parser.add_argument('--threads', type=int, default=0, help='torch threads of every system; 0 = torch default.')
     parser.add_argument('--chunk_size', type=int, default=400, help='Tokens per chunk (the model tokenizer).')
     parser.add_argument('--chunk_overlap', type=int, default=0, help='Tokens of overlap.')
-    parser.add_argument('--systems', type=str, default=','.join(SYSTEMS), help=f'Comma-separated, of {SYSTEMS}.')
+    parser.add_argument('--systems', type=str, default=None,
+                        help=f'Comma-separated, of {SYSTEMS + REDUCED_SYSTEMS} (default: {SYSTEMS}, with '
+                             f'--embed_precision bf16 also {REDUCED_SYSTEMS}).')
     parser.add_argument('--corpora', type=str, default=','.join(CORPORA), help=f'Comma-separated, of {CORPORA}.')
     parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16'),
-                        help='ragsieve\'s --embed_precision (bf16: the whole process runs native kernels; '
+                        help='ragsieve\'s --embed_precision (bf16: the whole process runs native kernels, '
+                             'ragsieve_fp32 too; '
                              'the floor and the peers stay fp32).')
     parser.add_argument('--markdown', type=str, default=None, help='Also write the table to this file.')
     args = parser.parse_args()
@@ -260,10 +288,12 @@ def main():
 
         # bf16 runs on native kernels, fixed per process: every system here then runs on them.
         kernels.pin(kernels.NATIVE)
-    systems = [s for s in args.systems.split(',') if s]
+    default = SYSTEMS + (REDUCED_SYSTEMS if args.embed_precision != 'fp32' else ())
+    systems = [s for s in (args.systems or ','.join(default)).split(',') if s]
     corpora = [c for c in args.corpora.split(',') if c]
-    if not systems or set(systems) - set(SYSTEMS) or not corpora or set(corpora) - set(CORPORA):
-        parser.error(f'--systems takes {SYSTEMS}, --corpora {CORPORA}')
+    known = SYSTEMS + (REDUCED_SYSTEMS if args.embed_precision != 'fp32' else ())
+    if not systems or set(systems) - set(known) or not corpora or set(corpora) - set(CORPORA):
+        parser.error(f'--systems takes {known}, --corpora {CORPORA}')
 
     import logging
 
@@ -297,10 +327,14 @@ def main():
                 for s in order:
                     work = tempfile.mkdtemp(dir=tmp)
                     started = time.perf_counter()
-                    if s == 'ragsieve':
-                        produced, embedded = run_ragsieve(dirs[c], work, args)
+                    if s in ('ragsieve', 'ragsieve_fp32'):
+                        precision = args.embed_precision if s == 'ragsieve' else 'fp32'
+                        produced, embedded = run_ragsieve(dirs[c], work, args, precision)
                     elif s == 'floor':
                         produced, embedded = run_floor(floor_texts[c], model_path, args.batch_size)
+                    elif s == 'floor_bf16':
+                        produced, embedded = run_floor_reduced(floor_texts[c], model_path, args.batch_size,
+                                                               args.embed_precision)
                     elif s == 'llamaindex':
                         produced, embedded = run_llamaindex(texts[c], work, model_path, args, count_tokens)
                     else:
