@@ -11,7 +11,8 @@ their digest.
 Both live under `$RAGSIEVE_OPENVINO_CACHE` (default
 `$XDG_CACHE_HOME/ragsieve/openvino`; `none` turns the cache off). Entries
 appear whole or not at all (written aside, then renamed), and one that
-cannot be read is converted or checked again and replaced.
+cannot be read is converted or checked again and replaced; what a killed
+process left aside is removed by the next write of that entry.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -29,6 +31,10 @@ LOG = logging.getLogger('ragsieve.openvino')
 ENV = 'RAGSIEVE_OPENVINO_CACHE'
 _IR = ('model.xml', 'model.bin')
 _SUM = 'blake2b.json'  # the IR files' hashes: a damaged weight must not pass for the model
+# Version of a stored check's fields (`precision.QualityCheck`): another version never reads them.
+CHECK_FORMAT = 1
+# An entry's temporary folder this old was left by a killed process (a conversion saves in ~0.2 s).
+STALE_SECONDS = 3600
 
 
 def root() -> Optional[Path]:
@@ -59,6 +65,7 @@ def converted_model(key: str, convert: Callable):
     import openvino as ov
 
     folder = root() / 'models' / key if root() else None
+    damaged = False
     if folder is not None and (folder / _SUM).is_file():
         try:
             if json.loads((folder / _SUM).read_text(encoding='utf-8')) != _hashes(folder):
@@ -66,6 +73,7 @@ def converted_model(key: str, convert: Callable):
             return ov.Core().read_model(str(folder / _IR[0]))
         except Exception as e:  # a damaged entry: convert again and replace it
             LOG.warning('OpenVINO cache %s is unreadable (%s): converting the model again', folder, e)
+            damaged = True
     model = convert()
     if folder is not None:
         def save(tmp: Path) -> None:
@@ -73,7 +81,7 @@ def converted_model(key: str, convert: Callable):
             ov.save_model(model, str(tmp / _IR[0]), compress_to_fp16=False)
             (tmp / _SUM).write_text(json.dumps(_hashes(tmp)), encoding='utf-8')
 
-        _write_whole(folder, save)
+        _write_whole(folder, save, replace=damaged)
     return model
 
 
@@ -88,13 +96,16 @@ def _hashes(folder: Path) -> dict:
     return out
 
 
-def remembered_check(key: str) -> Optional[dict]:
-    """The quality check stored under `key`, if a previous build on this machine did it."""
+def remembered_check(key: str, fields: Sequence[str]) -> Optional[dict]:
+    """The quality check stored under `key` (a dict of `fields`), if a previous build on this machine did it."""
     path = root() / 'checks' / key / 'check.json' if root() else None
     if path is None or not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding='utf-8'))
+        found = json.loads(path.read_text(encoding='utf-8'))
+        if not isinstance(found, dict) or sorted(found) != sorted(fields):
+            raise ValueError(f'not a check with fields {", ".join(fields)}')
+        return found
     except (OSError, ValueError) as e:
         LOG.warning('OpenVINO cache %s is unreadable (%s): checking the precision again', path, e)
         return None
@@ -104,7 +115,9 @@ def remember_check(key: str, check: dict) -> None:
     if root() is None:
         return
     text = json.dumps(check, sort_keys=True)
-    _write_whole(root() / 'checks' / key, lambda tmp: (tmp / 'check.json').write_text(text, encoding='utf-8'))
+    # Replaces what is there: a damaged entry, or the same check stored meanwhile by another process.
+    _write_whole(root() / 'checks' / key, lambda tmp: (tmp / 'check.json').write_text(text, encoding='utf-8'),
+                 replace=True)
 
 
 def sample_key(texts: Sequence[str], **parts) -> str:
@@ -113,19 +126,30 @@ def sample_key(texts: Sequence[str], **parts) -> str:
     for text in texts:
         sample.update(text.encode('utf-8'))
         sample.update(b'\0')
-    return digest({'sample': sample.hexdigest(), 'libraries': libraries(), **parts})
+    return digest({'format': CHECK_FORMAT, 'sample': sample.hexdigest(), 'libraries': libraries(), **parts})
 
 
-def _write_whole(folder: Path, write: Callable[[Path], object]) -> None:
-    """Writes an entry aside and renames it into place; a cache that cannot be written is skipped."""
+def _write_whole(folder: Path, write: Callable[[Path], object], replace: bool = False) -> None:
+    """Writes an entry aside and renames it into place; a cache that cannot be written is skipped.
+
+    An entry already there is kept (another process wrote the same one
+    meanwhile) unless `replace`.
+    """
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        for stale in folder.parent.glob(f'.{folder.name}.*'):  # left by a process killed while writing
+            if time.time() - stale.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.', dir=folder.parent))
         try:
             write(tmp)
-            if folder.exists():  # damaged, or written meanwhile by another process
+            if replace:
                 shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
+            try:
+                os.replace(tmp, folder)
+            except OSError:
+                if not folder.is_dir():
+                    raise  # no entry written meanwhile by another process: a real failure
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:

@@ -2,8 +2,10 @@
 
 import json
 import logging
+import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,22 +22,36 @@ def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(openvino_cache.ENV, 'none')
     assert openvino_cache.root() is None
     openvino_cache.remember_check('k', {'min_cosine': 1.0})
-    assert openvino_cache.remembered_check('k') is None
+    assert openvino_cache.remembered_check('k', ['min_cosine']) is None
 
 
 def test_a_check_is_remembered_whole_and_a_damaged_one_is_redone(caplog):
     check = {'precision': 'bf16', 'sample': 3, 'min_cosine': 0.9999, 'mean_cosine': 0.99995, 'remembered': False}
-    assert openvino_cache.remembered_check('k') is None
+    assert openvino_cache.remembered_check('k', list(check)) is None
     openvino_cache.remember_check('k', check)
-    assert openvino_cache.remembered_check('k') == check
+    assert openvino_cache.remembered_check('k', list(check)) == check
     folder = openvino_cache.root() / 'checks'
     assert sorted(p.name for p in folder.iterdir()) == ['k']  # nothing left aside
+    # Fields of another version are not read as this one's.
+    assert openvino_cache.remembered_check('k', [*check, 'max_cosine']) is None
     (folder / 'k' / 'check.json').write_text('{"precision": "bf')  # a torn write of some other tool
     with caplog.at_level(logging.WARNING):
-        assert openvino_cache.remembered_check('k') is None
+        assert openvino_cache.remembered_check('k', list(check)) is None
     assert 'checking the precision again' in caplog.text
     openvino_cache.remember_check('k', check)
-    assert openvino_cache.remembered_check('k') == check
+    assert openvino_cache.remembered_check('k', list(check)) == check
+
+
+def test_an_entry_written_meanwhile_by_another_process_is_kept_and_a_killed_ones_leftover_removed():
+    folder = openvino_cache.root() / 'models' / 'k'
+    left = folder.parent / '.k.killed'
+    left.mkdir(parents=True)
+    os.utime(left, (time.time() - 2 * openvino_cache.STALE_SECONDS,) * 2)
+    openvino_cache._write_whole(folder, lambda tmp: (tmp / 'model.xml').write_text('first'))
+    openvino_cache._write_whole(folder, lambda tmp: (tmp / 'model.xml').write_text('second'))
+    assert (folder / 'model.xml').read_text() == 'first' and [p.name for p in folder.parent.iterdir()] == ['k']
+    openvino_cache._write_whole(folder, lambda tmp: (tmp / 'model.xml').write_text('repaired'), replace=True)
+    assert (folder / 'model.xml').read_text() == 'repaired'
 
 
 def test_a_write_that_fails_leaves_no_entry_and_does_not_fail_the_build(caplog):
