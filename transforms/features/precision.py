@@ -7,7 +7,8 @@ torch fp32 (native kernels) at a minimum cosine of 0.99997 to it, and the
 same bits whatever the batch and threads on that CPU (the kernel probe
 checks it at every load) — but other bits on another CPU kind. The build
 checks the quality on a sample of its own chunks first
-(`embedding.precision_check`).
+(`embedding.precision_check`). The conversion and the checks passed are kept
+on the machine for the next build (`openvino_cache`).
 
 OpenVINO is an optional extra (`pip install 'ragsieve[openvino]'`).
 """
