@@ -288,10 +288,9 @@ def main():
 
         # bf16 runs on native kernels, fixed per process: every system here then runs on them.
         kernels.pin(kernels.NATIVE)
-    default = SYSTEMS + (REDUCED_SYSTEMS if args.embed_precision != 'fp32' else ())
-    systems = [s for s in (args.systems or ','.join(default)).split(',') if s]
-    corpora = [c for c in args.corpora.split(',') if c]
     known = SYSTEMS + (REDUCED_SYSTEMS if args.embed_precision != 'fp32' else ())
+    systems = [s for s in (args.systems or ','.join(known)).split(',') if s]
+    corpora = [c for c in args.corpora.split(',') if c]
     if not systems or set(systems) - set(known) or not corpora or set(corpora) - set(CORPORA):
         parser.error(f'--systems takes {known}, --corpora {CORPORA}')
 

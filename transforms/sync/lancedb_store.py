@@ -31,8 +31,7 @@ class LanceDBStore(Store):
             import lancedb
         except ImportError:
             raise ValueError("lancedb:// needs the LanceDB client: pip install 'ragsieve[lancedb]'") from None
-        self.path = uri.split('://', 1)[1].split('?', 1)[0]
-        self._db = lancedb.connect(self.path)
+        self._db = lancedb.connect(self.target)
         self._table = None
 
     def _names(self) -> set:
@@ -44,7 +43,7 @@ class LanceDBStore(Store):
         if self.table in self._names():
             self._table = self._db.open_table(self.table)
             if self._table.schema != schema:
-                raise StoreError(f'{self.path}: table {self.table!r} has columns {self._table.schema}, not the '
+                raise StoreError(f'{self.target}: table {self.table!r} has columns {self._table.schema}, not the '
                                  f'{dim}-dimensional rows of ragsieve; sync into another ?table=')
         else:
             self._table = self._db.create_table(self.table, schema=schema)

@@ -34,8 +34,7 @@ class MilvusStore(Store):
             from pymilvus import MilvusClient
         except ImportError:
             raise ValueError("milvus:// needs pymilvus and milvus-lite: pip install 'ragsieve[milvus]'") from None
-        target = uri.split('://', 1)[1].split('?', 1)[0]
-        self._client = MilvusClient(target if target.endswith('.db') else f'http://{target}')
+        self._client = MilvusClient(self.target if self.target.endswith('.db') else f'http://{self.target}')
         self._dim = None
 
     def _schema(self, dim: int):

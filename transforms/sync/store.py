@@ -37,6 +37,8 @@ class Store(abc.ABC):
         parsed = urllib.parse.urlsplit(uri)
         query = urllib.parse.parse_qs(parsed.query)
         self.uri = uri
+        # What follows the scheme, without the query: a path (lancedb, milvus lite) or a host.
+        self.target = uri.split('://', 1)[1].split('?', 1)[0]
         self.table = query.pop('table', [DEFAULT_TABLE])[-1]
         if not self.table.replace('_', '').isalnum():
             raise ValueError(f'store table name {self.table!r} must be letters, digits and _')
