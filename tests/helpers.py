@@ -53,8 +53,22 @@ ORBITS = (
 
 # The kernel probe digest (`embedding.kernel_probe`) of the packaged
 # all-MiniLM-L6-v2 in portable mode, on an AMX Xeon and under QEMU's Haswell
-# and EPYC-Rome CPUs (Intel and AMD without AVX-512): the same bits on each.
+# and EPYC-Rome CPUs (Intel and AMD without AVX-512), and on a real AVX2 AMD
+# EPYC with PyPI's CUDA build of torch 2.13.0: the same bits on each.
 PORTABLE_PROBE = '9c459aa82618a962c57afc776555f4ef'
+
+
+def portable_mkl_cbwr() -> str:
+    """The manifest's `kernels.mkl_cbwr` in portable mode: 'AVX2,STRICT' on Intel, 'AUTO,STRICT' on AMD.
+
+    MKL names its AVX2 branch on Intel CPUs only; the probe digest is the
+    same on both (PORTABLE_PROBE). Call it in a test, after the kernels are
+    pinned: reading MKL's state fixes it.
+    """
+    from transforms.features import kernels
+
+    return kernels.portable_branch(kernels.state()) + ',STRICT'
+
 
 # What the kernel tests embed, in the test process and in the fresh processes
 # they start (which import it from here).
