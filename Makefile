@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench engines clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# Flink, Spark and Dataflow's client, and Beam's job servers from Maven Central (needs Java 17 and Maven):
+# what the engine tests need; without it they skip, saying so.
+engines: setup
+	$(PY) -m pip install --quiet -e '.[test,engines]'
+	$(PY) -m engines fetch flink spark
 
 bench: setup
 	$(PY) benchmarks/build_throughput.py

@@ -1,4 +1,4 @@
-"""Peak memory of a process tree, sampled from /proc: shared by the scale and runner-memory benchmarks."""
+"""Peak memory and CPU time of process trees, sampled from /proc: shared by the scale, runner-memory and engines benchmarks."""
 
 import os
 import threading
@@ -19,6 +19,16 @@ def _status(pid: int) -> dict:
     return values
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` so far (0 once it has exited)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for task in os.listdir('/proc'):
@@ -34,19 +44,28 @@ def _children(pid: int) -> list[int]:
 
 
 class TreeSampler(threading.Thread):
-    """Samples the peak RSS (VmHWM, KiB) of a process and all its descendants."""
+    """Samples the peak RSS (VmHWM, KiB) and CPU seconds of processes and all their descendants.
 
-    def __init__(self, pid: int, every: float):
+    `cpu` holds each process's CPU seconds at its last sample: a process
+    that exits loses what it spent after that (at most `every` seconds).
+    """
+
+    def __init__(self, pid, every: float):
         super().__init__(daemon=True)
-        self.pid = pid
+        self.pids = [pid] if isinstance(pid, int) else list(pid)
         self.every = every
         self.peaks: dict[int, int] = {}
+        self.cpu: dict[int, float] = {}
         self.cmdlines: dict[int, str] = {}
         self._done = threading.Event()
 
+    @property
+    def pid(self) -> int:
+        return self.pids[0]
+
     def run(self):
         while not self._done.is_set():
-            todo, seen = [self.pid], set()
+            todo, seen = list(self.pids), set()
             while todo:
                 pid = todo.pop()
                 if pid in seen:
@@ -55,6 +74,7 @@ class TreeSampler(threading.Thread):
                 s = _status(pid)
                 if s:
                     self.peaks[pid] = max(self.peaks.get(pid, 0), s.get('VmHWM', 0))
+                    self.cpu[pid] = max(self.cpu.get(pid, 0.0), _cpu_seconds(pid))
                     self.cmdlines.setdefault(pid, s.get('cmdline', ''))
                 todo.extend(_children(pid))
             self._done.wait(self.every)

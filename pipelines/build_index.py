@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, heap, runners
+from pipelines import build_gates, dataflow_job, heap, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -230,6 +230,10 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         with heap.loading():  # torch's import, by --device's check
             options = parse_args(argv)
             config = with_shards(BuildConfig.from_options(options.view_as(BuildIndexOptions)))
+        runners.check_paths_reach_workers(
+            options, {'--input': config.input, '--output': config.output, '--cache': config.cache})
+        if dataflow_job.dry_run(options):
+            return translate_job(config, options)
         check_paths(config)
         for path, root in build_locks(config):
             stack.enter_context(snapshots.lock_file(root, path))
@@ -248,6 +252,18 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         # After publishing: a store that cannot be written leaves the index published, and says so.
         print(sync.sync(config.output, config.sync).line())
     return manifest
+
+
+def translate_job(config: BuildConfig, options: PipelineOptions) -> dict:
+    """`--runner DataflowRunner --dry_run=true`: translates the job, prints what it holds; returns that.
+
+    Nothing is locked, written or published: the output is only named in the job.
+    """
+    with heap.loading():
+        models = load_models(config)
+    description = dataflow_job.translate(config, options, build_pipeline, models.dim, models.handle)
+    print(dataflow_job.summary(description))
+    return {'dry_run': description}
 
 
 def with_shards(config: BuildConfig) -> BuildConfig:

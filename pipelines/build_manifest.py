@@ -162,8 +162,9 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
     counters = {}
     for r in result.metrics().query()['counters']:
         key = f'{r.key.metric.namespace}.{r.key.metric.name}'
-        # One entry per step that reports the counter: sum them.
-        counters[key] = counters.get(key, 0) + r.committed
+        # One entry per step that reports the counter: sum them. Spark's portable runner reports
+        # attempted values only (a retried task would count twice); the other runners commit.
+        counters[key] = counters.get(key, 0) + (r.committed if r.committed is not None else r.attempted)
     resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
     reasons = [d['reason'] for d in dropped]
     lineage = represents.report(chunk_rows, dropped)

@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli
-from pipelines.runners import check_runner
+from pipelines import cli, dataflow_job
+from pipelines.runners import check_runner, with_engine_defaults
 from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
@@ -416,7 +416,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     Raises:
       ValueError: For an unknown flag or config key, a value a flag refuses
         (naming the config file and key when it came from one), or a runner
-        ragsieve cannot run on (`check_runner`).
+        ragsieve cannot run on (`check_runner`), a Dataflow job whose
+        workers would lack ragsieve, or an engine's SDK workers that cannot
+        start (`with_engine_defaults`).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
@@ -427,4 +429,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
         argv = config_flags(known.config) + argv
     options = PipelineOptions(argv)
     check_runner(options.view_as(StandardOptions).runner)
-    return options
+    dataflow_job.dry_run(options)  # refuses a --dry_run Beam would misread
+    dataflow_job.check_workers_get_ragsieve(options)
+    return with_engine_defaults(options)

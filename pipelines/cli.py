@@ -31,6 +31,8 @@ OK, UNEXPECTED, FAILED, INTERRUPTED = 0, 1, 2, 130
 DRIFT, SYNC_FAILED = 3, 4
 # `ragsieve build`: a complete run that its publish gates kept from being published (`gates.Refused`).
 REFUSED = REFUSED_EXIT_STATUS
+# A job an engine (Flink, Spark, Dataflow, a job service) failed or cancelled for a reason of its own.
+JOB_FAILED = 6
 # Status -> (what it means, what the user does next): the table of the README and docs/cli.md.
 EXIT_CODES = {
     OK: ('Done: the build published, the query answered, the evaluation wrote its results. Warnings on '
@@ -56,6 +58,12 @@ EXIT_CODES = {
               '--output, is left as it was; a plain build is kept in OUTPUT.refused.',
               'Look at the run\'s report.html; fix the input, or publish it with the `ragsieve publish` '
               'command the message gives.'),
+    JOB_FAILED: ('`ragsieve build --runner FlinkRunner` (Spark, Dataflow, any job service): the engine failed or '
+                 'cancelled the job for a reason of its own (a TaskManager or SDK worker lost beyond its restart '
+                 'strategy, its memory, its configuration); the line names the job, its state and the engine\'s '
+                 'first error line. Nothing was published; the index published before is left as it was.',
+                 'Read the engine\'s logs for that job, fix the cluster, and run the build again: the next build '
+                 'deletes what this one left.'),
     INTERRUPTED: ('Interrupted (Ctrl-C). Nothing was published.',
                   'Run again: the next build deletes what this one left.'),
 }
@@ -67,6 +75,8 @@ _STEP_ANNOTATION = re.compile(r" \[while running '[^']*'\]")
 # The last `Name: message` line of a traceback that reached us as text (other
 # processes' workers: multi_processing DirectRunner, portable runners).
 _EXCEPTION_LINE = re.compile(r'^([A-Za-z_][\w.]*): (.*\S)\s*$')
+# How a portable job's failure reaches the launcher (Beam's PipelineResult.wait_until_finish).
+_FAILED_JOB = re.compile(r'^Pipeline (\S+) failed in state (\w+): (.*)', re.DOTALL)
 # The logger through which Beam logs an in-process step's error with its traceback before re-raising it.
 BEAM_STEP_LOGGER = 'apache_beam.runners.common'
 
@@ -225,6 +235,21 @@ def _reported_names() -> set[str]:
     return names | {WriteError.__name__}
 
 
+def failed_job_line(error: BaseException) -> Optional[str]:
+    """The one line of a job an engine failed or cancelled, or None for any other error.
+
+    An error a ragsieve worker raised is reported as itself first
+    (`reported_error`); what is left is the engine's own: its first line
+    names it (`java.io.IOException: Insufficient number of network buffers`).
+    """
+    match = _FAILED_JOB.match(str(error)) if isinstance(error, RuntimeError) else None
+    if match is None:
+        return None
+    job, state, text = match.groups()
+    reason = next((line.strip() for line in text.splitlines() if line.strip()), 'no reason given')
+    return f'the engine ended job {job} {state}: {reason}; nothing was published'
+
+
 def remote_error_line(text: str) -> Optional[str]:
     """The message of a reported error in the text of a worker's traceback, or None."""
     if 'Traceback (most recent call last)' not in text:
@@ -285,7 +310,11 @@ def run_and_report(command: str, run, argv) -> int:
             return code
         line = reported_error(e)
         if line is None:
-            raise
+            failed = failed_job_line(e)
+            if failed is None:
+                raise
+            print(f'ragsieve {command}: error: {failed}', file=sys.stderr)
+            return JOB_FAILED
         if show_traceback:
             import traceback
 

@@ -1,19 +1,27 @@
-"""Which Beam runner a build runs on: the runners refused up front, and the DirectRunner's own.
+"""Which Beam runner a build runs on: the runners refused up front, the DirectRunner's own, engines' defaults.
 
 `check_runner` refuses, before anything loads, a `--runner` a build cannot
 run on. `direct_runner` is the runner of a build without `--runner` or with
 `--runner DirectRunner`: Beam's FnApiRunner, built as the DirectRunner
 builds it, without the DirectRunner's first attempt on Prism.
+`with_engine_defaults` gives a build sent to a Flink or Spark cluster SDK
+workers without Docker.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import sys
 from typing import Optional
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+
+LOG = logging.getLogger('ragsieve.build')
 
 # Runners a build is known to run on, and the same results on each (docs/guarantees.md).
-RUNNERS = ('DirectRunner', 'PortableRunner', 'FlinkRunner', 'DataflowRunner')
+RUNNERS = ('DirectRunner', 'PortableRunner', 'FlinkRunner', 'SparkRunner', 'DataflowRunner')
 # Beam runners that cannot run a build, and why.
 REFUSED_RUNNERS = {
     'dask': "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph, "
@@ -68,3 +76,75 @@ def direct_runner(options: PipelineOptions):
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+# Runners that send the job to an engine's cluster through a job server (short names).
+ENGINE_NAMES = ('flink', 'spark')
+# How long an engine keeps an idle SDK worker for the job's next stage (Beam's default, 0, restarts it,
+# and reloads its models, at every stage; measured on Flink: one SDK worker per TaskManager instead of 11).
+# A job the engine restarts sooner gets the cached workers back, a killed one included, and fails again:
+# keep the engine's restart delay above it (engines/flink.py: 45 s).
+ENVIRONMENT_CACHE_MILLIS = 30_000
+# The SDK worker boot this installation provides for PROCESS environments (pipelines/sdk_worker.py).
+SDK_WORKER = 'ragsieve-sdk-worker'
+def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
+    """Gives a build sent to a Flink or Spark cluster SDK workers that need no Docker, kept across stages.
+
+    Beam's default environment for them is DOCKER, with an SDK image that has
+    neither ragsieve nor its models. Without `--environment_type`, each
+    TaskManager or executor starts its SDK workers as processes of this
+    installation (`ragsieve-sdk-worker`, a PROCESS environment): right on
+    one machine or on hosts sharing the install; pass `--environment_type
+    DOCKER --sdk_container_image ...` for others. Without
+    `--environment_cache_millis`, an idle SDK worker waits
+    `ENVIRONMENT_CACHE_MILLIS` for the next stage (where Beam's runner
+    classes load with the engine's, docs/operations.md). Mutates and returns
+    `options`, as Beam's runners do with their own defaults.
+
+    Raises:
+      ValueError: If this installation has no `ragsieve-sdk-worker`.
+    """
+    runner = options.view_as(StandardOptions).runner
+    portable = options.view_as(PortableOptions)
+    if runner is None or short_name(runner) not in ENGINE_NAMES:
+        return options
+    if not int(portable.environment_cache_millis or 0):
+        # Keeps each worker's SDK workers, and the models they loaded, from one stage to the next.
+        portable.environment_cache_millis = ENVIRONMENT_CACHE_MILLIS
+    if portable.environment_type:
+        return options
+    if short_name(runner) == 'flink' and options.get_all_options().get('flink_master') in ('[local]', '[auto]'):
+        return options  # an embedded cluster: Beam runs the workers in this process (LOOPBACK)
+    command = os.path.join(os.path.dirname(sys.executable), SDK_WORKER)
+    if not os.access(command, os.X_OK):
+        raise ValueError(f'--runner {runner}: no {command} to start SDK workers with; reinstall ragsieve '
+                         '(pip install -e .) or pass --environment_type and --environment_config')
+    portable.environment_type = 'PROCESS'
+    portable.environment_config = json.dumps({'command': command})
+    LOG.info('--runner %s: SDK workers are processes of this installation (%s); pass --environment_type '
+             'to change that', runner, command)
+    return options
+
+
+def check_paths_reach_workers(options: PipelineOptions, paths: dict) -> None:
+    """Refuses relative local paths for a build whose workers run elsewhere than the launcher.
+
+    An engine's SDK workers resolve a relative path in their own directory
+    (the TaskManager's, the executor's), so `--input docs` would read, or
+    write, another folder than the launcher's; Dataflow's workers have no
+    local path of the launcher at all.
+
+    Args:
+      options: The build's pipeline options.
+      paths: `{flag: path}` of the paths workers read or write (None: not given).
+
+    Raises:
+      ValueError: Naming the flag and the absolute path to pass instead.
+    """
+    runner = options.view_as(StandardOptions).runner
+    if runner is None or short_name(runner) not in ENGINE_NAMES + ('dataflow',):
+        return
+    for flag, path in paths.items():
+        if path and '://' not in path and not os.path.isabs(path):
+            raise ValueError(f'{flag} {path}: a relative path, which the {runner} workers would resolve in their '
+                             f'own directory: pass {os.path.abspath(path)}')

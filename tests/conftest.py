@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from engines import fetch as engines_fetch
 from tests.helpers import ORBITS, PASTA, REPO
 from transforms.features import kernels
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
@@ -14,12 +15,18 @@ from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_m
 # Before any test can run a torch kernel: every in-process model then
 # computes with the kernels a build pins (see transforms/features/kernels.py).
 kernels.pin(kernels.DEFAULT_MODE)
+# Where `make engines` put Beam's job servers, read before the tests move the cache home away.
+ENGINES_HOME = str(engines_fetch.home())
 
 
 @pytest.fixture(autouse=True)
 def private_cache_home(tmp_path, monkeypatch):
-    """Keeps what jobs cache by default (the evaluation's features, OpenVINO's conversions) out of the user's home."""
+    """Keeps what jobs cache by default (the evaluation's features, OpenVINO's conversions) out of the user's home.
+
+    The engines' job servers stay where `make engines` fetched them.
+    """
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg_cache'))
+    monkeypatch.setenv('RAGSIEVE_ENGINES', ENGINES_HOME)
     monkeypatch.delenv('RAGSIEVE_OPENVINO_CACHE', raising=False)
 
 
@@ -139,3 +146,31 @@ def durable_store_uri(request, tmp_path):
     """As `store_uri`, for the stores whose kill-safety the tests check (killing Milvus Lite's client
     leaves its embedded server behind)."""
     return _store_uri(request.param, request, tmp_path)
+
+
+@pytest.fixture(scope='session')
+def flink_cluster(tmp_path_factory):
+    """A Flink session cluster for the session: a JobManager and two TaskManagers, 2 restarts of a failed job.
+
+    Skips, saying what to install, without Java, the Flink wheel or Beam's job server (`make engines`).
+    """
+    from engines.flink import FlinkCluster, FlinkSettings
+    from tests.helpers import running_engine
+
+    directory = tmp_path_factory.mktemp('flink')
+    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2))) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope='session')
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone cluster for the session: a master and one worker of 2 cores.
+
+    Skips, saying what to install, without Java, pyspark or Beam's job server (`make engines`).
+    """
+    from engines.spark import SparkCluster
+    from tests.helpers import running_engine
+
+    directory = tmp_path_factory.mktemp('spark')
+    with running_engine(lambda: SparkCluster(directory)) as cluster:
+        yield cluster

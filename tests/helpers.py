@@ -502,6 +502,52 @@ def throwaway_postgres():
         subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-m', 'immediate', 'stop'],
                        capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# --- real engines: Flink and Spark clusters on this machine -----------------------------
+
+# The tables a build writes, compared byte for byte across runners.
+DATA_DIRS = ['chunks', 'dropped', 'rejected', 'documents', 'index', 'bm25']
+
+
+def data_files(directory: Path) -> dict:
+    """`{relative path: bytes}` of every file of a build's tables."""
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for name in DATA_DIRS for p in sorted((directory / name).rglob('*')) if p.is_file()}
+
+
+@contextlib.contextmanager
+def running_engine(make_cluster):
+    """Makes and starts an `engines` cluster, stops it after; skips, saying what to install, where it cannot.
+
+    Args:
+      make_cluster: Returns the cluster (FlinkCluster, SparkCluster), not started.
+    """
+    from engines.fetch import EngineMissing
+
+    try:
+        cluster = make_cluster()
+    except EngineMissing as e:
+        engine_missing(str(e))
+    with cluster:
+        yield cluster
+
+
+def engine_missing(reason: str):
+    """Skips the test for want of an engine, naming what to install; fails it where CI installed them."""
+    import pytest
+
+    if os.environ.get('RAGSIEVE_REQUIRE_ENGINES') == '1':  # set by .ci/run after `make engines`
+        pytest.fail(reason)
+    pytest.skip(f'{reason} (.ci/run runs `make engines`)', allow_module_level=True)
+
+
+def sdk_workers(daemon) -> list[int]:
+    """The pids of the Beam SDK workers a TaskManager or executor started (its PROCESS environment)."""
+    import subprocess
+
+    found = subprocess.run(['pgrep', '-P', str(daemon.pid), '-f', 'sdk_worker_main'], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
 # --- a full disk -----------------------------------------------------------------------
 
 

@@ -118,6 +118,25 @@ def test_a_reported_error_is_one_line_and_exit_2_and_beam_logs_no_traceback(caps
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
 
 
+def test_a_job_the_engine_failed_is_one_line_and_its_own_status(capsys):
+    # As Beam's PortableRunner raises it when Flink fails the job (the engine's Java error, its trace after).
+    failed = RuntimeError('Pipeline BeamApp-root-1201-a1_4463 failed in state FAILED: org.apache.flink.runtime.'
+                          'jobmaster.JobMasterException: TaskManager with id tm-0 is no longer reachable.\n\tat org.'
+                          'apache.flink.runtime.jobmaster.JobMaster.disconnectTaskManager(JobMaster.java:1)\n')
+
+    def run(argv):
+        raise failed
+
+    assert cli.run_and_report('build', run, []) == cli.JOB_FAILED == 6
+    assert capsys.readouterr().err == (
+        'ragsieve build: error: the engine ended job BeamApp-root-1201-a1_4463 FAILED: org.apache.flink.runtime.'
+        'jobmaster.JobMasterException: TaskManager with id tm-0 is no longer reachable.; nothing was published\n')
+    # A ragsieve error raised in a worker of that job is still reported as itself (exit 2).
+    worker = RuntimeError('Pipeline j failed in state FAILED: java.lang.RuntimeException: Error received from SDK '
+                          'harness: Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad input\n')
+    assert cli.reported_error(worker) == 'bad input' and cli.failed_job_line(worker) is not None
+
+
 def test_an_unexpected_error_keeps_its_traceback():
     def run(argv):
         raise KeyError('a bug')
@@ -194,7 +213,7 @@ def test_every_exit_status_is_documented_in_the_readme_and_docs():
     from pipelines import reference
 
     assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.DRIFT, cli.SYNC_FAILED, cli.REFUSED,
-                                   cli.INTERRUPTED}
+                                   cli.JOB_FAILED, cli.INTERRUPTED}
     table = cli.exit_codes_table()
     for page in ('README.md', 'docs/cli.md'):
         with open(f'{reference.DOCS}/../{page}', encoding='utf-8') as f:

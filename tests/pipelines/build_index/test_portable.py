@@ -7,14 +7,9 @@ import time
 import pytest
 
 from pipelines import build_index
+from tests.helpers import data_files
 
 FLAGS = ['--chunk_size', '64', '--num_shards', '2']
-DATA_DIRS = ['chunks', 'dropped', 'rejected', 'documents', 'index', 'bm25']
-
-
-def data_files(directory):
-    return {str(p.relative_to(directory)): p.read_bytes()
-            for name in DATA_DIRS for p in sorted((directory / name).rglob('*')) if p.is_file()}
 
 
 @pytest.fixture

@@ -1,0 +1,135 @@
+"""A Spark standalone cluster on 127.0.0.1: a master and N workers, as real daemons.
+
+Spark's own Master and Worker classes started with `java`, from the
+distribution in PyPI's `pyspark` wheel (`SPARK_HOME`), which the workers
+also use to start their executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from engines import fetch, processes
+
+MASTER = 'org.apache.spark.deploy.master.Master'
+WORKER = 'org.apache.spark.deploy.worker.Worker'
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkSettings:
+    """The cluster's size, sized for 2 cores / 24 GiB by default.
+
+    Attributes:
+      workers: Worker daemons.
+      cores: Cores each worker offers (the build's parallelism is their sum).
+      worker_memory: Memory each worker offers its executors.
+      executor_memory: Each executor's JVM heap; the SDK workers (Python,
+        with their own models) are outside it.
+    """
+
+    workers: int = 1
+    cores: int = 2
+    worker_memory: str = '6g'
+    executor_memory: str = '3g'
+
+    @property
+    def parallelism(self) -> int:
+        return self.workers * self.cores
+
+
+class SparkCluster:
+    """A running Spark standalone cluster; a context manager that stops it.
+
+    Args:
+      directory: Where its logs, work and temporary files go.
+      settings: Its size.
+      env: Environment variables for its daemons, which their executors and
+        SDK workers inherit (OMP_NUM_THREADS, ...).
+    """
+
+    engine = fetch.SPARK
+
+    def __init__(self, directory: Path, settings: SparkSettings = SparkSettings(), env: Optional[dict] = None):
+        self.directory = Path(directory)
+        self.settings = settings
+        self.env = dict(env or {})
+        self.home = fetch.distribution(self.engine)
+        self.java = fetch.java()
+        self.job_server = fetch.job_server_jar(self.engine)
+        self.port = processes.free_port()
+        self.ui_port = processes.free_port()
+        self.daemons: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    @property
+    def master_url(self) -> str:
+        """`--spark_master_url`."""
+        return f'spark://127.0.0.1:{self.port}'
+
+    @property
+    def ui(self) -> str:
+        return f'http://127.0.0.1:{self.ui_port}'
+
+    def build_flags(self) -> list[str]:
+        """The flags that send a build to this cluster (Beam's names)."""
+        properties = {'spark.executor.memory': self.settings.executor_memory,
+                      # Beam's jars before Spark's on executors too, as in the job server's launcher: Spark
+                      # ships Guava 14, on which Beam's GCS support, loaded with its filesystems, fails every
+                      # first task of a job (NoSuchMethodError in Preconditions.checkState).
+                      'spark.executor.extraClassPath': ':'.join(self.beam_jars()),
+                      'spark.default.parallelism': self.settings.parallelism,
+                      'spark.local.dir': self.directory / 'tmp'}
+        return ['--runner', 'SparkRunner', '--spark_master_url', self.master_url,
+                '--spark_job_server_jar', str(self.job_server),
+                *(f'--job_server_jvm_properties=-D{k}={v}' for k, v in properties.items())]
+
+    def beam_jars(self) -> list[str]:
+        """The job server's Beam jars (not SLF4J's: Spark's own logging binds it)."""
+        lib = fetch.job_server_dir(self.engine) / 'lib'
+        return [str(p) for p in sorted(lib.glob('*.jar')) if not p.name.startswith('slf4j-')]
+
+    def start(self, timeout: float = 120) -> 'SparkCluster':
+        """Starts the master and the workers; returns once all workers are alive."""
+        self._daemon('master', MASTER, ['--host', '127.0.0.1', '--port', str(self.port),
+                                        '--webui-port', str(self.ui_port)])
+        for i in range(self.settings.workers):
+            self._daemon(f'worker-{i}', WORKER, [
+                '--host', '127.0.0.1', '--webui-port', str(processes.free_port()),
+                '--cores', str(self.settings.cores), '--memory', self.settings.worker_memory,
+                '--work-dir', str(self.directory / f'work-{i}'), self.master_url])
+        self.wait_for_workers(self.settings.workers, timeout)
+        return self
+
+    def wait_for_workers(self, n: int, timeout: float = 120) -> None:
+        def alive() -> bool:
+            state = processes.read_json(f'{self.ui}/json/')
+            return bool(state) and sum(w.get('state') == 'ALIVE' for w in state.get('workers', [])) == n
+
+        processes.wait_until(alive, self.daemons, self.logs, timeout, f'{n} Spark workers alive')
+
+    def stop(self) -> None:
+        for process in reversed(list(self.daemons.values())):
+            processes.stop(process)
+
+    def __enter__(self) -> 'SparkCluster':
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _daemon(self, name: str, main: str, args: list[str]) -> None:
+        log = self.directory / 'log' / f'{name}.log'
+        self.logs[name] = log
+        # SPARK_SCALA_VERSION as Spark's bin/load-spark-env.sh sets it: without it a worker's launcher
+        # looks for a source tree's build directories to start its executors from.
+        env = {**self.env, 'SPARK_HOME': str(self.home), 'SPARK_SCALA_VERSION': '2.12', 'SPARK_LOCAL_IP': '127.0.0.1',
+               'SPARK_LOCAL_DIRS': str(self.directory / 'tmp'), 'SPARK_LOG_DIR': str(self.directory / 'log')}
+        self.daemons[name] = processes.start(
+            [self.java, '-Xmx1g', '-cp', f'{self.home / "jars"}/*', main, *args], log, env)

@@ -1,0 +1,135 @@
+"""The build on real engines: a Flink and a Spark cluster on this machine, byte for byte the DirectRunner's.
+
+The clusters are real daemons (engines/, `make engines`); the builds run as
+a user runs them, `ragsieve build ... --runner FlinkRunner --flink_master
+...`, in a process of their own, so exit statuses and lines are the real
+ones. The DirectRunner's build of the same corpus is `sample_root`'s run r1.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from engines import processes
+from tests.helpers import REPO, data_files, running_engine, sdk_workers
+
+FLAGS = ['--chunk_size', '64']
+
+
+def build(corpus, output, *flags, wait=None):
+    """Runs `ragsieve build` in its own process; with `wait`, calls it with the process until it returns True."""
+    command = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output', str(output),
+               *FLAGS, *flags]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while wait is not None and process.poll() is None and not wait(process):
+        time.sleep(0.5)
+    out, err = process.communicate(timeout=1800)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def manifest(directory):
+    return json.loads((directory / 'manifest.json').read_text())
+
+
+def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(flink_cluster, sample_root, tmp_path):
+    corpus, direct_root = sample_root
+    direct = direct_root / 'runs' / 'r1'
+    root, cache = tmp_path / 'index', tmp_path / 'cache'
+    for run_id in ('f1', 'f2'):
+        done = build(corpus, root, '--versioned', '--run_id', run_id, '--cache', str(cache), *flink_cluster.build_flags())
+        assert done.returncode == 0, done.stderr[-3000:]
+        run = root / 'runs' / run_id
+        assert data_files(run) == data_files(direct)
+    # The counters the manifest is made of reach the launcher from the engine.
+    assert manifest(root / 'runs' / 'f1')['counts'] == manifest(direct)['counts']
+    # The rebuild read every feature from the cache its workers wrote; the parallelism was the cluster's.
+    features = manifest(root / 'runs' / 'f2')['cache']['features']
+    assert features['embedding']['hits'] == manifest(direct)['counts']['chunks_before_filters']
+    assert features['embedding']['computed'] == 0
+    assert '--parallelism' in flink_cluster.build_flags() and flink_cluster.settings.parallelism == 2
+
+
+def test_spark_builds_the_direct_runners_bytes(spark_cluster, sample_root, tmp_path):
+    corpus, direct_root = sample_root
+    done = build(corpus, tmp_path / 'out', *spark_cluster.build_flags())
+    assert done.returncode == 0, done.stderr[-3000:]
+    direct = direct_root / 'runs' / 'r1'
+    assert data_files(tmp_path / 'out') == data_files(direct)
+    assert manifest(tmp_path / 'out')['counts'] == manifest(direct)['counts']
+
+
+def embedding_started(cluster):
+    """A `wait` for `build`: True once both TaskManagers run SDK workers and the filters' stage runs."""
+    def started(_process) -> bool:
+        workers = [sdk_workers(cluster.daemons[f'taskmanager-{i}']) for i in range(cluster.settings.taskmanagers)]
+        if not all(workers):
+            return False
+        jobs = (processes.read_json(f'{cluster.rest}/jobs/overview') or {}).get('jobs', [])
+        for job in jobs:
+            vertices = (processes.read_json(f'{cluster.rest}/jobs/{job["jid"]}') or {}).get('vertices', [])
+            if any(v['status'] == 'RUNNING' and 'FilterChunks' in v['name'] for v in vertices):
+                return True
+        return False
+    return started
+
+
+def test_a_killed_sdk_worker_is_restarted_by_flink_and_the_bytes_hold(flink_cluster, sample_root, tmp_path):
+    corpus, direct_root = sample_root
+    started = embedding_started(flink_cluster)
+
+    def kill_a_worker(process) -> bool:
+        if not started(process):
+            return False
+        os.kill(sdk_workers(flink_cluster.daemons["taskmanager-0"])[0], signal.SIGKILL)
+        return True
+
+    done = build(corpus, tmp_path / 'out', *flink_cluster.build_flags(), wait=kill_a_worker)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert data_files(tmp_path / 'out') == data_files(direct_root / 'runs' / 'r1')
+    assert 'to RESTARTING' in flink_cluster.logs['jobmanager'].read_text()
+
+
+def test_a_killed_taskmanager_replaced_by_its_supervisor_gives_the_same_bytes(flink_cluster, sample_root, tmp_path):
+    corpus, direct_root = sample_root
+    started = embedding_started(flink_cluster)
+
+    def kill_and_replace(process) -> bool:
+        if not started(process):
+            return False
+        flink_cluster.kill_taskmanager(0)
+        flink_cluster.start_taskmanager(0)  # as systemd or Kubernetes would
+        return True
+
+    done = build(corpus, tmp_path / 'out', *flink_cluster.build_flags(), wait=kill_and_replace)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert data_files(tmp_path / 'out') == data_files(direct_root / 'runs' / 'r1')
+    flink_cluster.wait_for_taskmanagers(2)
+
+
+def test_a_killed_taskmanager_without_restarts_is_one_line_and_publishes_nothing(sample_root, tmp_path):
+    from engines.flink import FlinkCluster, FlinkSettings
+
+    corpus, _ = sample_root
+    out = tmp_path / 'out'
+    assert build(corpus, out).returncode == 0  # the index published before, on the DirectRunner
+    before = data_files(out)
+    settings = FlinkSettings(restart_attempts=0)
+    with running_engine(lambda: FlinkCluster(tmp_path / 'flink', settings)) as cluster:
+        started = embedding_started(cluster)
+
+        def kill(process) -> bool:
+            if not started(process):
+                return False
+            cluster.kill_taskmanager(0)
+            return True
+
+        done = build(corpus, out, *cluster.build_flags(), wait=kill)
+    assert done.returncode == 6
+    lines = [line for line in done.stderr.splitlines() if line.startswith('ragsieve build:')]
+    assert len(lines) == 1 and 'FAILED' in lines[0] and 'nothing was published' in lines[0], done.stderr[-3000:]
+    assert 'Traceback' not in done.stderr
+    assert data_files(out) == before
+    assert not list(tmp_path.glob('out.staging-*'))
