@@ -114,10 +114,8 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
     args = parser().parse_args(argv)
     LOG.setLevel(logging.INFO)
-    if not args.question.strip():
-        raise ValueError('the question is empty')
-    if args.k < 1:
-        raise ValueError(f'--k must be >= 1, got {args.k}')
+    retrieval.check_question(args.question)
+    retrieval.check_k(args.k, '--k')
     check_device(args.device)
     config = retrieval.RetrievalConfig(
         candidates=args.candidates,

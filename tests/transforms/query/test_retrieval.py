@@ -1,4 +1,4 @@
-"""Pure query-time ranking: ranks, reciprocal rank fusion, dedup, timestamps, exact and hybrid top-k."""
+"""Pure query-time ranking: ranks, reciprocal rank fusion, dedup, timestamps, exact top-k."""
 
 import json
 
@@ -107,21 +107,3 @@ def test_exact_top_k_is_exact_among_kept_rows():
     assert retrieval.exact_top_k(vectors, np.array([1, 2, 3]), query, 2) == [[1, 2]]
     assert retrieval.exact_top_k(vectors, np.array([3]), query, 5) == [[3]]
     assert retrieval.exact_top_k(vectors, np.array([], dtype=int), query, 5) == [[]]
-
-
-def test_hybrid_top_k_dedups_and_respects_kept_rows(embedding_model):
-    
-    from transforms.evaluation.datasets import Question
-
-    texts = ['Saturn has rings of ice and rock.', 'Saturn has rings of ice and rock!',
-             'Pasta is cooked in salted water.', 'Jupiter is the largest planet.']
-    vectors = embedding_model.encode(texts, normalize_embeddings=True)
-    chunks = [_chunk('d', i, t, v) for i, (t, v) in enumerate(zip(texts, vectors))]
-    question = Question('What are the rings of Saturn made of?', 'd', ((0, 10),))
-    query = embedding_model.encode([question.question], normalize_embeddings=True)
-    config = retrieval.RetrievalConfig(min_relevance=-1.0)
-    [hits] = retrieval.hybrid_top_k(chunks, np.arange(4), vectors, [question.question], query, 3, config)
-    assert hits[0] in (0, 1) and not {0, 1} <= set(hits)  # the near-copy is skipped
-    assert len(hits) == 3
-    [hits] = retrieval.hybrid_top_k(chunks[2:], np.array([2, 3]), vectors, [question.question], query, 3, config)
-    assert set(hits) <= {2, 3}
