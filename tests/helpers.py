@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / 'fixtures'
 CHROMA = FIXTURES / 'chroma'
 SQUAD = FIXTURES / 'squad_mini.json'
+BEIR_MINI = FIXTURES / 'beir_mini'
 
 # --- texts -------------------------------------------------------------------------
 

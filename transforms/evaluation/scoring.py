@@ -103,7 +103,7 @@ def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vector
         row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
         kept_rows = np.array([row_of[c.chunk_id] for c in kept_chunks], dtype=np.int64)
         return hybrid_top_k(kept_chunks, kept_rows, vectors, [q.question for q in questions],
-                            query_vectors, config.k)
+                            query_vectors, config.k, config.ranking)
     return retrieval.exact_top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
 
 

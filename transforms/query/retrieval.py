@@ -28,11 +28,6 @@ from transforms.validate import check_threshold
 SIGNALS = ('dense', 'bm25', 'salience', 'recency')
 # The constant of Cormack et al. (2009): damps the gap between the first ranks.
 RRF_K = 60
-# Which candidates the relevance floor drops: every one below it, or only
-# those no other query signal found (not in the BM25 top-N).
-FLOOR_ALL = 'all'
-FLOOR_DENSE_ONLY = 'dense_only'
-FLOOR_SCOPES = (FLOOR_ALL, FLOOR_DENSE_ONLY)
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig:
     """How a query ranks and deduplicates chunks.
@@ -41,7 +36,14 @@ class RetrievalConfig:
       candidates: N: the union of the dense top-N and the BM25 top-N is fused
         (default 50).
       min_relevance: Candidates whose dense cosine to the query is below this
-        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore).
+        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore),
+        unless BM25 found them (`floor_exempt_bm25`).
+      floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
+        whatever its cosine (default 10; 0 floors every candidate, as
+        klarRAG). The second hop of a multi-hop question is often far from
+        the question in embedding space and found by BM25 alone; a candidate
+        that neither signal ranks well is still dropped. Measured in
+        docs/results.md ("The relevance floor").
       dedup_threshold: A chunk whose cosine to an already selected chunk is at
         least this is skipped as a duplicate (default 0.90, as at ingestion).
       rrf_k: Reciprocal rank fusion constant (default 60).
@@ -55,7 +57,7 @@ class RetrievalConfig:
 
     candidates: int = 50
     min_relevance: float = 0.25
-    min_relevance_scope: str = FLOOR_ALL
+    floor_exempt_bm25: int = 10
     dedup_threshold: float = 0.90
     rrf_k: float = RRF_K
     weight_dense: float = 1.0
@@ -68,9 +70,9 @@ class RetrievalConfig:
             raise ValueError(f'candidates must be > 0, got {self.candidates}')
         if not -1.0 <= self.min_relevance <= 1.0:
             raise ValueError(f'min_relevance must be a cosine in [-1, 1], got {self.min_relevance}')
-        if self.min_relevance_scope not in FLOOR_SCOPES:
-            raise ValueError(f'min_relevance_scope must be one of {list(FLOOR_SCOPES)}, '
-                             f'got {self.min_relevance_scope!r}')
+        if isinstance(self.floor_exempt_bm25, bool) or not isinstance(self.floor_exempt_bm25, numbers.Integral) \
+                or self.floor_exempt_bm25 < 0:
+            raise ValueError(f'floor_exempt_bm25 must be a whole number >= 0, got {self.floor_exempt_bm25!r}')
         check_threshold('dedup_threshold', self.dedup_threshold)
         if not (self.rrf_k > 0 and math.isfinite(self.rrf_k)):
             raise ValueError(f'rrf_k must be a finite number > 0, got {self.rrf_k}')
@@ -186,8 +188,8 @@ def fuse_candidates(
     Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
     a BM25 score of 0 means no query term occurs, so it makes no lexical
     candidate. Candidates whose cosine to the query is below
-    `config.min_relevance` are dropped; the rest are ranked by each signal and
-    fused.
+    `config.min_relevance` are dropped, unless BM25 ranks them in its top
+    `config.floor_exempt_bm25`; the rest are ranked by each signal and fused.
 
     Args:
       query: The normalized query embedding.
@@ -199,11 +201,11 @@ def fuse_candidates(
       timestamps: Document time per row (POSIX seconds); None is neutral.
       config: Candidates, floor, weights.
     """
-    lexical = set(top_n(bm25, config.candidates, min_score=0.0))
-    rows = sorted(set(int(r) for r in dense_rows if r >= 0) | lexical)
+    rows = sorted(set(int(r) for r in dense_rows if r >= 0) | set(top_n(bm25, config.candidates, min_score=0.0)))
     # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
     cosines = {r: float(embeddings[r] @ query) for r in rows}
-    exempt = lexical if config.min_relevance_scope == FLOOR_DENSE_ONLY else set()
+    # What BM25 ranks this high was found by another signal: the floor does not drop it.
+    exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
     by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance or r in exempt}
     rankings = {
         'dense': rank({c: cosines[r] for c, r in by_id.items()}),

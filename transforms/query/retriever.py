@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -362,6 +363,12 @@ class Retriever:
         self._metadata_filter = where_filter.MetadataFilter(
             self.doc_ids, [c.represents for c in chunks], metadata)
         return self
+
+    def with_config(self, config: retrieval.RetrievalConfig) -> 'Retriever':
+        """This Retriever ranking with other settings; the index in memory is shared, not copied."""
+        other = copy.copy(self)
+        other.config = config
+        return other
 
     def metadata_filter(self) -> where_filter.MetadataFilter:
         """The index's metadata filter (own and represented documents' metadata)."""

@@ -102,17 +102,17 @@ def hops(embedding_model):
 def test_the_floor_keeps_what_bm25_found_and_drops_junk_nothing_ranks(hops, embedding_model):
     from transforms.query import retrieval
 
-    def found(scope):
-        config = retrieval.RetrievalConfig(min_relevance_scope=scope)
+    def found(exempt):
+        config = retrieval.RetrievalConfig(floor_exempt_bm25=exempt)
         result = Retriever.of_chunks(hops, embedding_model, config).search(MULTI_HOP_QUESTION, k=4)
         return {h.text: h for h in result.hits}
 
-    kept = found(retrieval.FLOOR_DENSE_ONLY)
+    kept = found(10)
     assert kept[SECOND_HOP].cosine < retrieval.RetrievalConfig().min_relevance  # dense alone misses it
     assert kept[SECOND_HOP].ranks['bm25'] is not None
     assert list(kept) == [FIRST_HOP, SECOND_HOP]  # the junk is below the floor and no BM25 match
     # The floor on every candidate (klarRAG's) loses the second hop.
-    assert list(found(retrieval.FLOOR_ALL)) == [FIRST_HOP]
+    assert list(found(0)) == [FIRST_HOP]
 
 
 @pytest.mark.parametrize('k', [2.5, float('nan'), '3', True, None])
