@@ -85,6 +85,8 @@ def test_top_n_ties_by_row_and_min_score():
     ({'dedup_threshold': 0.0}, 'dedup_threshold'),
     ({'rrf_k': 0}, 'rrf_k'),
     ({'weight_bm25': -1.0}, 'weight_bm25'),
+    ({'floor_exempt_bm25': -1}, 'floor_exempt_bm25 must be a whole number >= 0'),
+    ({'floor_exempt_bm25': 2.5}, 'floor_exempt_bm25 must be a whole number >= 0'),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -107,3 +109,20 @@ def test_exact_top_k_is_exact_among_kept_rows():
     assert retrieval.exact_top_k(vectors, np.array([1, 2, 3]), query, 2) == [[1, 2]]
     assert retrieval.exact_top_k(vectors, np.array([3]), query, 5) == [[3]]
     assert retrieval.exact_top_k(vectors, np.array([], dtype=int), query, 5) == [[]]
+
+
+def test_the_floor_spares_candidates_bm25_ranks_in_its_top_n():
+    # Row 0: close to the query, no query term. Rows 1-2: far from it (cosine < 0.25), BM25 matches.
+    embeddings = np.stack([unit(1, 0, 0), unit(0.1, 1, 0), unit(0.05, 0, 1)])
+    query = unit(1, 0, 0)
+    bm25 = np.array([0.0, 3.0, 1.0], np.float32)
+    ids = ['near', 'lexical-first', 'lexical-second']
+
+    def fused(**kwargs):
+        config = retrieval.RetrievalConfig(**kwargs)
+        return sorted(ids[r] for r in retrieval.fuse_candidates(
+            query, [0, 1, 2], bm25, embeddings, ids, [None] * 3, [None] * 3, config).rows)
+
+    assert fused() == ['lexical-first', 'lexical-second', 'near']  # BM25's top 10 is exempt
+    assert fused(floor_exempt_bm25=1) == ['lexical-first', 'near']
+    assert fused(floor_exempt_bm25=0) == ['near']  # klarRAG: the floor on every candidate
