@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SETTINGS = (  # (label, min_relevance, floor_exempt_bm25)
     ('none (floor off)', -1.0, 0),
     ('0.25 on every candidate', 0.25, 0),
-    ('0.25 unless BM25 top 5', 0.25, 5),
-    ('0.25 unless BM25 top 10 (default)', 0.25, 10),
+    ('0.25 unless BM25 top 5 (default)', 0.25, 5),
+    ('0.25 unless BM25 top 10', 0.25, 10),
     ('0.25 unless BM25 top 20', 0.25, 20),
     ('0.25 unless BM25 top 50', 0.25, 50),
     ('0.15 on every candidate', 0.15, 0),

@@ -10,7 +10,7 @@ or from Python, loading the index, the BM25 index and the model once:
 
 Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
 top-N; those with a dense cosine below `min_relevance` are dropped, unless
-BM25 ranks them in its top `floor_exempt_bm25` (10). Each
+BM25 ranks them in its top `floor_exempt_bm25` (5). Each
 signal (dense cosine, BM25 score, salience, recency) ranks the candidates
 (1 = best, ties by chunk_id); reciprocal rank fusion sums
 `weight / (60 + rank)` over the signals where the chunk has a value (see

@@ -39,7 +39,7 @@ class RetrievalConfig:
         are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore),
         unless BM25 found them (`floor_exempt_bm25`).
       floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
-        whatever its cosine (default 10; 0 floors every candidate, as
+        whatever its cosine (default 5; 0 floors every candidate, as
         klarRAG). The second hop of a multi-hop question is often far from
         the question in embedding space and found by BM25 alone; a candidate
         that neither signal ranks well is still dropped. Measured in
@@ -57,7 +57,7 @@ class RetrievalConfig:
 
     candidates: int = 50
     min_relevance: float = 0.25
-    floor_exempt_bm25: int = 10
+    floor_exempt_bm25: int = 5
     dedup_threshold: float = 0.90
     rrf_k: float = RRF_K
     weight_dense: float = 1.0

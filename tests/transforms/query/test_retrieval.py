@@ -123,6 +123,6 @@ def test_the_floor_spares_candidates_bm25_ranks_in_its_top_n():
         return sorted(ids[r] for r in retrieval.fuse_candidates(
             query, [0, 1, 2], bm25, embeddings, ids, [None] * 3, [None] * 3, config).rows)
 
-    assert fused() == ['lexical-first', 'lexical-second', 'near']  # BM25's top 10 is exempt
+    assert fused() == ['lexical-first', 'lexical-second', 'near']  # BM25's top 5 is exempt
     assert fused(floor_exempt_bm25=1) == ['lexical-first', 'near']
     assert fused(floor_exempt_bm25=0) == ['near']  # klarRAG: the floor on every candidate
