@@ -229,3 +229,26 @@ def test_more_than_one_retrieval_is_for_beir_only():
     with pytest.raises(ValueError, match='retrievals must be distinct'):
         evaluate.config_from_args(evaluate.parse_args(['--dataset', 'beir', '--data', 'd', '--output', 'o',
                                                        '--retrieval', 'dense,splade']))
+
+
+@pytest.mark.parametrize('dataset,make,message', [
+    ('squad', lambda d: (d / 'squad.json').write_text('{"data": [{"title": "T", "paragraphs": '
+                                                      '[{"context": "x", "qas": null}]}]}'),
+     'squad.json: article 0 paragraph 0: qas is null, not a list'),
+    ('squad', lambda d: (d / 'squad.json').write_text('{"data": [{"title": "T", "paragraphs": [{"context": 7}]}]}'),
+     'squad.json: article 0 paragraph 0: context is int, not a string'),
+    ('chroma', lambda d: ((d / 'a.md').write_text('text'), (d / 'questions_df.csv').write_text('q,references,corpus_id\n')),
+     "questions_df.csv: no 'question' column"),
+    ('chroma', lambda d: ((d / 'a.md').write_bytes(b'caf\xe9'), (d / 'questions_df.csv').write_text(
+        'question,references,corpus_id\n')), 'a.md: not UTF-8'),
+    ('beir', lambda d: (d / 'corpus.jsonl').write_text('{"_id": "a", "text": "x"}\n{oops\n'), 'corpus.jsonl:2: not JSON'),
+])
+def test_bad_evaluation_input_is_one_line_naming_the_file(tmp_path, capsys, dataset, make, message):
+    data = tmp_path / 'data'
+    data.mkdir()
+    make(data)
+    path = data / 'squad.json' if dataset == 'squad' else data
+    assert cli.main(['evaluate', '--dataset', dataset, '--data', str(path), '--output', str(tmp_path / 'out'),
+                     '--no_progress']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('ragsieve evaluate: error: ') and message in err and err.count('\n') == 1, err
