@@ -168,6 +168,22 @@ def _is_directory(path: str) -> bool:
     return bool(FileSystems.match([path.rstrip('/') + '/*'], limits=[1])[0].metadata_list)
 
 
+def path_element(path: str) -> bytes:
+    """A listed path as the bytes the pipeline carries, so that a name that is not UTF-8 travels too.
+
+    A local name that is not UTF-8 comes from `os.scandir` with its bad bytes
+    as lone surrogates (Python's surrogateescape), which Beam's string coder
+    cannot encode: carried as bytes, it reaches `read_file` and is rejected
+    there as one file, instead of failing the whole build.
+    """
+    return path.encode('utf-8', 'surrogateescape')
+
+
+def element_path(element: bytes) -> str:
+    """The path of a `path_element`."""
+    return element.decode('utf-8', 'surrogateescape')
+
+
 def relative_id(path: str, root: str) -> str:
     """Returns `path` relative to `root`, with `/` separators."""
     if root and path.startswith(root.rstrip('/') + '/'):

@@ -15,7 +15,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import storage
 from transforms.ingest import formats, records
-from transforms.ingest.listing import expand_input, file_problem, relative_id
+from transforms.ingest.listing import element_path, expand_input, file_problem, path_element, relative_id
 from transforms.ingest.reasons import (
     DUPLICATE_DOC_ID,
     EMPTY_TEXT,
@@ -307,7 +307,8 @@ class _ReadFileFn(beam.DoFn):
         self._documents = Metrics.counter('read', 'documents')
         self._msecs = Metrics.counter('read', 'msecs')
 
-    def process(self, path: str):
+    def process(self, element: bytes):
+        path = element_path(element)
         self._files.inc()
         started = time.perf_counter()
         parsed = list(read_file(
@@ -365,7 +366,7 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pbegin):
         parsed = (
             pbegin
-            | 'ListFiles' >> beam.Create(self._paths)
+            | 'ListFiles' >> beam.Create([path_element(p) for p in self._paths])
             | 'ParseFiles'
             >> beam.ParDo(_ReadFileFn(
                 self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes)).with_outputs(

@@ -231,3 +231,15 @@ def test_file_name_that_is_not_utf8_is_rejected_with_a_storable_source(tmp_path)
     (tmp_path / name).write_text('text')
     [record] = read_all(tmp_path / name)
     assert record.reason == INVALID_UNICODE and record.source.endswith('bad\\xff.txt')
+
+
+def test_a_file_name_that_is_not_utf8_costs_that_file_only_in_a_pipeline(tmp_path):
+    # Beam's string coder cannot carry such a name: the listing travels as bytes.
+    (tmp_path / 'good.txt').write_text('A good document.')
+    (tmp_path / os.fsdecode(b'bad\xff.txt')).write_text('text')
+    with TestPipeline() as p:
+        out = p | read.ReadDocuments(str(tmp_path))
+        ids = out['documents'] | 'Ids' >> beam.Map(lambda d: d.doc_id)
+        rejected = out['rejected'] | 'Reasons' >> beam.Map(lambda r: (r.source[len(str(tmp_path)) + 1 :], r.reason))
+        assert_that(ids, equal_to(['good.txt']), label='CheckDocuments')
+        assert_that(rejected, equal_to([('bad\\xff.txt', INVALID_UNICODE)]), label='CheckRejected')
