@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -30,6 +31,7 @@ from transforms.features.minhash import MinHashConfig, signatures
 from transforms.ingest import read
 from transforms.ingest.formats.base import Extracted
 from transforms.output import tables
+from transforms.output.writers import write_table
 from transforms.text import content_hash
 from transforms.types import Chunk, Document, Dropped, make_chunk_id
 
@@ -131,6 +133,27 @@ NEW_BULLET = '- Bidirectional text is reordered by the paragraph level algorithm
 def wrapped_release(unicode: str = '15.0.0', bullet: bool = False) -> str:
     """The hard-wrapped release page for one Unicode version, with the new bullet or not."""
     return WRAPPED_RELEASE.format(unicode=unicode, bullet=NEW_BULLET if bullet else '')
+
+
+def rewrite_values(part, change) -> None:
+    """Rewrites a feature cache part with `change(key, value)` as each value, its checksums left as written.
+
+    What bytes flipped inside a part that still decodes amount to: wrong values, the file readable.
+    """
+    table = pq.read_table(part)
+    values = [change(k, v) for k, v in zip(table.column('key').to_pylist(), table.column('value').to_pylist())]
+    column = pa.array(values, table.schema.field('value').type)
+    write_table(table.set_column(table.column_names.index('value'), 'value', column), str(part))
+
+
+def flip_pages(part, column: str = 'value') -> None:
+    """Flips every byte of one column's pages in a Parquet file's first row group; its footer stays intact."""
+    chunk = pq.ParquetFile(part).metadata.row_group(0).column(pq.ParquetFile(part).schema_arrow.names.index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(open(part, 'rb').read())
+    for i in range(start, start + chunk.total_compressed_size):
+        data[i] ^= 0xFF
+    open(part, 'wb').write(bytes(data))
 
 
 def unit(*values):
