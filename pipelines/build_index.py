@@ -36,7 +36,7 @@ from transforms.features.embedding import SharedModel, precision_check
 from transforms.ingest import read
 from transforms.ingest.listing import check_input, input_bytes
 from transforms.lineage import lossless, represents
-from transforms.output import changes, publish, snapshots, tables
+from transforms.output import changes, digests, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
 from transforms.types import Chunk, Dropped
 
@@ -356,6 +356,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
     storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+    manifest[digests.FILES_KEY] = digests.file_digests(target.directory)  # what readers check the run by
     manifest['gates'] = build_gates.verdict(config, manifest, target)
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
