@@ -138,7 +138,8 @@ class BuildIndexOptions(PipelineOptions):
                             help='Documents longer than this are rejected as too_large.')
         parser.add_argument('--max_file_bytes', type=str, default=None,
                             help='Per-format file size limits, FORMAT=SIZE,... (e.g. '
-                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files are rejected as '
+                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files, and compressed ones '
+                                 '(docx, parquet) that declare larger contents once inflated, are rejected as '
                                  f'{formats.FILE_TOO_LARGE}. Defaults: '
                                  + ', '.join(f'{n}={formats.format_size(b)}'
                                              for n, b in formats.resolve_limits().items()) + '.')
