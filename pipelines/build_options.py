@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli
 from pipelines.runners import check_runner
-from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
+from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
 from transforms.features import cache as feature_cache
@@ -62,7 +62,7 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--chunker', type=str, default='recursive', choices=CHUNKERS,
                             help='How documents are cut into chunks.')
         parser.add_argument('--chunk_size', type=int, default=400,
-                            help='Maximum tokens (embedding tokenizer) per chunk.')
+                            help=f'Maximum tokens (embedding tokenizer) per chunk, 1 to {MAX_CHUNK_SIZE}.')
         parser.add_argument('--chunk_overlap', type=int, default=0,
                             help='Tokens repeated from the previous chunk.')
         parser.add_argument('--embedding_model', type=str, default=DEFAULT_EMBEDDING_MODEL,
