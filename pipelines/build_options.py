@@ -354,15 +354,26 @@ def config_flags(path: str) -> list[str]:
     the key (`config_flag`).
 
     Raises:
-      ValueError: If the file is unreadable, not a mapping of flag names, or
-        a setting is unknown or has a value its flag refuses.
+      ValueError: Naming the file, if it is unreadable, not UTF-8, not a
+        mapping of flag names, gives a setting twice, or a setting is
+        unknown or has a value its flag refuses.
     """
     import yaml  # JSON is a subset of YAML, so one parser reads both
 
     try:
-        values = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f'cannot read --config {path}: {e}') from e
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f'cannot read --config {path}: {e.strerror or e}') from e
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f'--config {path} is not UTF-8 text (invalid byte at offset {e.start})') from None
+    try:
+        values = yaml.load(text, Loader=_unique_keys_loader())
+    except DuplicateKey as e:
+        raise ValueError(f'--config {path}: {e}') from None
+    except yaml.YAMLError as e:
+        raise ValueError(f'cannot read --config {path}: {" ".join(str(e).split())}') from e
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
     cli.check_known_flags([], [str(k) for k in values], path)
@@ -374,13 +385,48 @@ def config_flags(path: str) -> list[str]:
     return flags
 
 
+# Flags whose value is a comma-separated list: a config file may give it as a YAML list.
+LIST_FLAGS = frozenset({'filter', 'entity_labels', 'dedup_scope', 'max_file_bytes'})
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one mapping of a config file."""
+
+
+def _unique_keys_loader():
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML and JSON keep the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            mark = key_node.start_mark
+            where = f'line {mark.line + 1} column {mark.column + 1}'
+            try:
+                if key in seen:
+                    raise DuplicateKey(f'{key!r} is given twice ({seen[key]} and {where}): keep one')
+                seen[key] = where
+            except TypeError:  # an unhashable key: the base constructor says so
+                continue
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return UniqueKeyLoader
+
+
 def config_flag(path: str, key: str, value, action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
     """The flags of one config setting (none for a false on/off flag), checked by its flag's parser.
 
     Raises:
       ValueError: `--config PATH: KEY ...` when the value is missing (null),
-        a mapping, of the wrong kind for its flag, or one its flag refuses,
-        and for a nested `config:` (one file holds every setting).
+        a mapping, a list for a flag that takes one value (`chunk_size:
+        [200]`; only LIST_FLAGS take lists), of the wrong kind for its flag,
+        or one its flag refuses, and for a nested `config:` (one file holds
+        every setting).
     """
     where = f'--config {path}: {key}'
     if key == 'config':
@@ -402,6 +448,13 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
         # On/off flags take no value: `versioned: true` is `--versioned`.
         return [f'--{key}'] if value else []
     if isinstance(value, (list, tuple)):
+        if isinstance(action, argparse._AppendAction):  # a flag given once per item
+            return [flag for item in value for flag in config_flag(path, key, item, action, parser)]
+        # Beam's --experiments and the like take comma-separated lists too.
+        if key not in LIST_FLAGS and type(action).__name__ != '_CommaSeparatedListAction':
+            raise ValueError(f'{where} must be one value, not a list ({value!r})')
+        if any(isinstance(v, (list, tuple, dict)) or v is None for v in value):
+            raise ValueError(f'{where} must be a list of values, not {value!r}')
         value = ','.join(str(v) for v in value)
     flag = f'--{key}={value}'
     try:
