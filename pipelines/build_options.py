@@ -72,17 +72,19 @@ class BuildIndexOptions(PipelineOptions):
                             help='Texts per forward pass of the embedding model.')
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
-        parser.add_argument('--embed_kernels', type=str, default=kernels.DEFAULT_MODE, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. portable: vectors are the same bits on '
-                                 'every x86-64 CPU with AVX2, whatever the batch and threads (slower on '
-                                 'AVX-512 CPUs); native: the CPU\'s fastest kernels, the same bits only on '
-                                 'CPUs of one kind (the manifest says so).')
+        parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
+                            help='CPU kernels of the embedding model. portable (the default in fp32): vectors are '
+                                 'the same bits on every x86-64 CPU with AVX2, whatever the batch and threads '
+                                 '(slower on AVX-512 CPUs); native (the default, and the only choice, in bf16): '
+                                 'the CPU\'s fastest kernels, the same bits only on CPUs of one kind (the '
+                                 'manifest says so).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
                             help='fp32: torch, the same bits on every CPU (--embed_kernels portable); bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
-                                 "pip install 'ragsieve[openvino]' and implies --embed_kernels native. The build "
+                                 "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
+                                 'is refused). The build '
                                  f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
                                  f'minimum cosine is below {precisions.MIN_COSINE}.')
         parser.add_argument('--filter', type=str, default='cascade',
@@ -277,7 +279,8 @@ class BuildConfig:
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
-                precisions.kernel_mode(options.embed_precision, options.embed_kernels),
+                precisions.kernel_mode(options.embed_precision,
+                                       precisions.check_kernels(options.embed_precision, options.embed_kernels)),
                 options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,

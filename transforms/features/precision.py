@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import random
 import warnings
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -135,6 +135,23 @@ def kernel_mode(precision: str, requested: str) -> str:
     from transforms.features import kernels
 
     return requested if precision == FP32 else kernels.NATIVE
+
+
+def check_kernels(precision: str, requested: Optional[str]) -> str:
+    """The `--embed_kernels` of a build: the one asked for, else the default of `precision`.
+
+    Raises:
+      ValueError: For portable kernels asked for with a reduced precision,
+        which runs on the CPU's own bf16 units: never silently native.
+    """
+    from transforms.features import kernels
+
+    if requested is None:
+        return kernels.DEFAULT_MODE if precision == FP32 else kernels.NATIVE
+    if precision != FP32 and requested == kernels.PORTABLE:
+        raise ValueError(f'--embed_kernels {kernels.PORTABLE} cannot run --embed_precision {precision}, which runs '
+                         f'on the CPU\'s own bf16 units: drop --embed_kernels, or pass {kernels.NATIVE}')
+    return requested
 
 
 def set_precision(model, precision: str):
