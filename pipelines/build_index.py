@@ -361,11 +361,12 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
     publish.checkpoint('after_manifest')
-    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
-    manifest = build_gates.check_and_report(config, target, manifest, model)
     if cache:
+        # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
         publish.checkpoint('after_cache_commit')
+    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
+    manifest = build_gates.check_and_report(config, target, manifest, model)
     if config.versioned:
         snapshots.write_latest(config.output, target.run_id)
         publish.checkpoint('after_latest')
