@@ -117,7 +117,7 @@ def flatten_nesting(html: str, kept_levels: int = _KEPT_LEVELS) -> str:
     inside an attribute value may misplace one: it runs only on pages the
     parser would cut otherwise.
     """
-    tokens = []  # (start, end, element index or None for an end tag; for an end tag, its element)
+    tokens = []  # (start, end, index of its element) of each start and end tag
     depth_of, height_of = [], []
     open_elements: list[list] = []  # [name, element index, height below it]
     open_count: dict[str, int] = {}
@@ -140,17 +140,17 @@ def flatten_nesting(html: str, kept_levels: int = _KEPT_LEVELS) -> str:
             height_of.append(0)
             open_elements.append([name, index, 0])
             open_count[name] = open_count.get(name, 0) + 1
-            tokens.append((m.start(), m.end(), index, True))
+            tokens.append((m.start(), m.end(), index))
         elif open_count.get(name):
             while open_elements[-1][0] != name:
                 close_top()
             index = open_elements[-1][1]
             close_top()
-            tokens.append((m.start(), m.end(), index, False))
+            tokens.append((m.start(), m.end(), index))
     while open_elements:
         close_top()
     out, at = [], 0
-    for start, end, index, _ in tokens:
+    for start, end, index in tokens:
         if depth_of[index] > kept_levels and height_of[index] > kept_levels:
             out.append(html[at:start])
             at = end
@@ -158,15 +158,9 @@ def flatten_nesting(html: str, kept_levels: int = _KEPT_LEVELS) -> str:
     return ''.join(out)
 
 
-def nesting_depth(tree) -> int:
-    """How deep the elements of a parsed tree nest."""
-    from lxml import etree
-
-    depth = deepest = 0
-    for event, _ in etree.iterwalk(tree, events=('start', 'end')):
-        depth += 1 if event == 'start' else -1
-        deepest = max(deepest, depth)
-    return deepest
+def at_depth_limit(tree) -> bool:
+    """Whether a parsed tree reaches the parser's depth limit, where it dropped the rest of the page."""
+    return bool(tree.xpath(f'boolean(//*[count(ancestor::*) >= {_PARSER_MAX_DEPTH - 1}])'))
 
 
 def _inline_text(element) -> str:
@@ -231,10 +225,10 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
     if isinstance(html, tuple):
         return Rejected(path, None, *html)
     tree = trafilatura.load_html(html)
-    if tree is not None and nesting_depth(tree) >= _PARSER_MAX_DEPTH:
+    if tree is not None and at_depth_limit(tree):
         # The parser stopped at its depth limit and dropped the rest of the page: flatten, parse again.
         tree = trafilatura.load_html(flatten_nesting(html))
-        if tree is not None and nesting_depth(tree) >= _PARSER_MAX_DEPTH:
+        if tree is not None and at_depth_limit(tree):
             return Rejected(path, None, HTML_TOO_DEEP,
                             f'elements nested deeper than {_PARSER_MAX_DEPTH} levels, even once flattened')
     if tree is None:
