@@ -75,12 +75,12 @@ def with_value(feature: str, chunk: Chunk, value) -> Chunk:
     return dataclasses.replace(chunk, **{feature: typed_value(feature, value)})
 
 
-def entries_schema(feature: str) -> pa.Schema:
-    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature]), (CHECK_COLUMN, pa.uint64())])
-
-
 # The column of each entry's checksum (`entry_check`); a generation without it is not read.
 CHECK_COLUMN = 'check'
+
+
+def entries_schema(feature: str) -> pa.Schema:
+    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature]), (CHECK_COLUMN, pa.uint64())])
 
 
 def entry_check(feature: str, key: str, value) -> int:
@@ -118,11 +118,6 @@ def entry_row(entry: tuple[str, object], feature: str) -> dict:
 def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
     """Cache entries as one table sorted by key, one row per key (equal keys hold equal values)."""
     return tables.part_table((entry_row(e, feature) for e in entries), entries_spec(feature))
-
-
-def table_entries(table: pa.Table) -> Iterator[tuple[str, object]]:
-    """`(key, value)` pairs of an entries table, unverified; lists stay lists (see `with_value`)."""
-    yield from zip(table.column('key').to_pylist(), table.column('value').to_pylist())
 
 
 def entry_problem(feature: str, key, value, check) -> Optional[str]:
