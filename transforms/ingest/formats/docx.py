@@ -118,11 +118,37 @@ def _cell_text(cell) -> str:
     return ' '.join(' '.join(parts).split())
 
 
+def _int_property(element, path: str, default: int = 1) -> int:
+    found = element.find(path)
+    try:
+        return int(found.get(_W + 'val')) if found is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
 def _table_rows(table) -> list[str]:
-    """One line per row: its cells joined by " | " (a merged cell is one `w:tc`, so it comes once)."""
+    """One line per row: its cells joined by " | ".
+
+    A cell spanning columns (`w:gridSpan`) is one `w:tc`, so it comes once;
+    the rows a vertically merged cell spans (`w:vMerge`) each repeat its
+    text, as python-docx's cells do, so that every row reads whole.
+    """
     rows = []
+    above: dict[int, object] = {}  # grid column -> the cell holding the text there, in the row above
     for row in _children(table, _W + 'tr'):
-        line = CELL_SEPARATOR.join(_cell_text(cell) for cell in _children(row, _W + 'tc'))
+        column = _int_property(row, f'{_W}trPr/{_W}gridBefore', 0)
+        here, cells = {}, []
+        for cell in _children(row, _W + 'tc'):
+            merge = cell.find(f'{_W}tcPr/{_W}vMerge')
+            root = above.get(column, cell) if merge is not None and merge.get(_W + 'val') != 'restart' else cell
+            span = max(1, _int_property(cell, f'{_W}tcPr/{_W}gridSpan'))
+            for offset in range(span):
+                here[column + offset] = root
+            column += span
+            if not cells or cells[-1] is not root:
+                cells.append(root)
+        above = here
+        line = CELL_SEPARATOR.join(_cell_text(cell) for cell in cells)
         rows.append(line if line.replace('|', '').strip() else '')
     return rows
 

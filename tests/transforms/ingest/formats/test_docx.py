@@ -66,6 +66,19 @@ def test_a_nested_table_is_its_cell_and_a_merged_cell_comes_once():
     assert out.text == 'Outer | holds inner a | inner b; inner c | inner d\nMerged'
 
 
+def test_a_vertically_merged_cell_is_read_in_every_row_it_spans():
+    def row(*cells):
+        return '<w:tr>' + ''.join(cells) + '</w:tr>'
+
+    def cell(text, merge=None):
+        props = '' if merge is None else f'<w:tcPr><w:vMerge{merge}/></w:tcPr>'
+        return f'<w:tc>{props}<w:p>{run(text) if text else ""}</w:p></w:tc>'
+
+    body = ('<w:tbl>' + row(cell('Brakes', ' w:val="restart"'), cell('pads')) + row(cell('', ''), cell('discs'))
+            + '</w:tbl>')
+    assert docx.extract(docx_with_body(body), 'merged.docx').text == 'Brakes | pads\nBrakes | discs'
+
+
 def test_an_unresolved_entity_is_kept_as_written_and_the_text_after_it_too():
     doctype = '<!DOCTYPE w:document [<!ENTITY xxe SYSTEM "file:///etc/hostname">]>'
     out = docx.extract(docx_with_body(f'<w:p>{run("XXE: &xxe; end")}</w:p>', doctype=doctype), 'xxe.docx')
