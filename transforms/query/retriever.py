@@ -14,7 +14,7 @@ import numpy as np
 
 from transforms.features.embedding import embed_texts
 from transforms.features.models import load_embedding_model, resolve_model_path
-from transforms.output import snapshots, tables
+from transforms.output import digests, snapshots, tables
 from transforms.output.bm25 import BM25_TOKENIZER, BM25_TOKENIZER_FILE, bm25_tokenize, bm25s_module, build_bm25
 from transforms.query import retrieval
 from transforms.query import where as where_filter
@@ -128,8 +128,9 @@ def check_index_dir(index: str) -> dict:
     """Checks that `index` holds a complete local ragsieve index; returns its manifest.
 
     Raises:
-      ValueError: if the directory or one of its files is missing, or the
-        manifest is not JSON of the shape a build writes (`MANIFEST_SHAPE`).
+      ValueError: if the directory or one of its files is missing, the
+        manifest is not JSON of the shape a build writes (`MANIFEST_SHAPE`),
+        or a file is not the one the build wrote (`digests.check_files`).
     """
     if not os.path.isdir(index):
         raise ValueError(f'--index {index!r} is not a directory')
@@ -151,6 +152,7 @@ def check_index_dir(index: str) -> dict:
         raise ValueError(
             f'--index {index!r} is incomplete: missing {tables.BM25_DIR}/ (built before BM25 was '
             'part of the index? rebuild it)')
+    digests.check_files(index, manifest)
     return manifest
 
 

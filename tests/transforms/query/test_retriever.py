@@ -50,6 +50,39 @@ def test_corrupt_index_file_is_one_line_naming_it(index_dir, tmp_path, embedding
     assert str(broken / name) in message and '\n' not in message, message
 
 
+def flip_middle(path, n=3800):
+    data = bytearray(path.read_bytes())
+    n = min(n, len(data) // 2)  # past the header, so that FAISS still reads it
+    start = len(data) - n
+    for i in range(start, start + n):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def corrupt_vocabulary(path):
+    vocab = json.loads(path.read_text())
+    first, second = sorted(vocab)[:2]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # same size, words swapped
+    path.write_text(json.dumps(vocab))
+
+
+@pytest.mark.parametrize('damage, name', [
+    (lambda run, other: (shutil.rmtree(run / 'bm25'), shutil.copytree(other / 'bm25', run / 'bm25')), 'bm25/'),
+    (lambda run, other: flip_middle(run / 'index' / 'index.faiss'), 'index/index.faiss'),
+    (lambda run, other: corrupt_vocabulary(run / 'bm25' / 'vocab.index.json'), 'bm25/vocab.index.json'),
+])
+def test_files_that_still_load_but_are_not_the_builds_are_refused(index_dir, sample_root, tmp_path, embedding_model,
+                                                                 damage, name):
+    # Each loads without error: only the manifest's digests tell them from what the build wrote.
+    broken = tmp_path / 'broken'
+    shutil.copytree(index_dir, broken)
+    damage(broken, sample_root[1] / 'runs' / 'r1')
+    with pytest.raises(ValueError) as e:
+        Retriever(str(broken), model=embedding_model)
+    message = str(e.value)
+    assert f'{broken}/{name}' in message and 'rebuild it' in message and '\n' not in message, message
+
+
 def test_reader_rereads_latest_when_its_run_is_pruned_while_opening(index_dir, tmp_path, embedding_model, monkeypatch):
     root = tmp_path / 'root'
     for run_id in ('r1', 'r2'):
