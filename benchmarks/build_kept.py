@@ -84,7 +84,7 @@ def main():
     model = load_embedding_model(DEFAULT_EMBEDDING_MODEL)
     store = FeatureStore(model, 64, settings.features, open_cache(
         args.cache, EmbeddingConfig(DEFAULT_EMBEDDING_MODEL), model, settings.features, names))
-    documents, _ = read_chroma(args.data)
+    documents, _, _ = read_chroma(args.data)
     print('| chunker | filter | chunks | kept (in memory) | kept (Beam) | same kept | same keepers | Beam counters |')
     print('|---|---|---|---|---|---|---|---|')
     for chunker in parse_chunkers(args.chunkers):

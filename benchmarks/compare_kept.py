@@ -32,7 +32,7 @@ def kept_sets(data: str) -> dict:
     from transforms.features.models import DEFAULT_EMBEDDING_MODEL, resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_EMBEDDING_MODEL))
-    documents, _ = read_dataset('chroma', data)
+    documents, _, _ = read_dataset('chroma', data)
     tokens = {d.doc_id: TokenIndex(token_offsets(tokenizer, d.text)) for d in documents}
     config = FilterConfig()
     out = {}

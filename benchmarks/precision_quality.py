@@ -35,7 +35,7 @@ def main():
     from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
     model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'), 'bf16')
-    documents, questions = read_dataset('chroma', args.data)
+    documents, questions, _ = read_dataset('chroma', args.data)
     chunker = parse_chunker(args.chunker)
     texts = [d.text[s:e] for d in documents for s, e, _ in document_spans(d, chunker, model)]
     reduced = embed_texts(model, texts)

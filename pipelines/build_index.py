@@ -36,7 +36,7 @@ from transforms.features.embedding import SharedModel, precision_check
 from transforms.ingest import read
 from transforms.ingest.listing import check_input, input_bytes
 from transforms.lineage import lossless, represents
-from transforms.output import changes, publish, snapshots, tables
+from transforms.output import changes, digests, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
 from transforms.types import Chunk, Dropped
 
@@ -372,15 +372,17 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
     storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
+    manifest[digests.FILES_KEY] = digests.file_digests(target.directory)  # what readers check the run by
     manifest['gates'] = build_gates.verdict(config, manifest, target)
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
     publish.checkpoint('after_manifest')
-    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
-    manifest = build_gates.check_and_report(config, target, manifest, model)
     if cache:
+        # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
         publish.checkpoint('after_cache_commit')
+    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
+    manifest = build_gates.check_and_report(config, target, manifest, model)
     if config.versioned:
         snapshots.write_latest(config.output, target.run_id)
         publish.checkpoint('after_latest')

@@ -196,6 +196,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
                     # Not every miss is computed: a chunk dropped before a
                     # feature's first use never gets it.
                     'computed': counters.get(COMPUTED_COUNTERS.get(s.feature, f'cache.{s.feature}_misses'), 0),
+                    # Entries and row groups read but not used: they failed their checksum (cache.verified_entries).
+                    'damaged': counters.get(f'cache.{s.feature}_damaged', 0),
                 }
                 for s in cache.specs
             },

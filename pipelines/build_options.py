@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli, dataflow_job
 from pipelines.runners import check_runner, with_engine_defaults
-from transforms.chunking.chunkers import CHUNKERS, ChunkerConfig
+from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
 from transforms.features import cache as feature_cache
@@ -62,7 +62,7 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--chunker', type=str, default='recursive', choices=CHUNKERS,
                             help='How documents are cut into chunks.')
         parser.add_argument('--chunk_size', type=int, default=400,
-                            help='Maximum tokens (embedding tokenizer) per chunk.')
+                            help=f'Maximum tokens (embedding tokenizer) per chunk, 1 to {MAX_CHUNK_SIZE}.')
         parser.add_argument('--chunk_overlap', type=int, default=0,
                             help='Tokens repeated from the previous chunk.')
         parser.add_argument('--embedding_model', type=str, default=DEFAULT_EMBEDDING_MODEL,
@@ -72,17 +72,19 @@ class BuildIndexOptions(PipelineOptions):
                             help='Texts per forward pass of the embedding model.')
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
-        parser.add_argument('--embed_kernels', type=str, default=kernels.DEFAULT_MODE, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. portable: vectors are the same bits on '
-                                 'every x86-64 CPU with AVX2, whatever the batch and threads (slower on '
-                                 'AVX-512 CPUs); native: the CPU\'s fastest kernels, the same bits only on '
-                                 'CPUs of one kind (the manifest says so).')
+        parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
+                            help='CPU kernels of the embedding model. portable (the default in fp32): vectors are '
+                                 'the same bits on every x86-64 CPU with AVX2, whatever the batch and threads '
+                                 '(slower on AVX-512 CPUs); native (the default, and the only choice, in bf16): '
+                                 'the CPU\'s fastest kernels, the same bits only on CPUs of one kind (the '
+                                 'manifest says so).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
                             help='fp32: torch, the same bits on every CPU (--embed_kernels portable); bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
-                                 "pip install 'ragsieve[openvino]' and implies --embed_kernels native. The build "
+                                 "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
+                                 'is refused). The build '
                                  f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
                                  f'minimum cosine is below {precisions.MIN_COSINE}.')
         parser.add_argument('--filter', type=str, default='cascade',
@@ -138,7 +140,8 @@ class BuildIndexOptions(PipelineOptions):
                             help='Documents longer than this are rejected as too_large.')
         parser.add_argument('--max_file_bytes', type=str, default=None,
                             help='Per-format file size limits, FORMAT=SIZE,... (e.g. '
-                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files are rejected as '
+                                 '"pdf=50MB,html=10MB", "pdf=none"); larger files, and compressed ones '
+                                 '(docx, parquet) that declare larger contents once inflated, are rejected as '
                                  f'{formats.FILE_TOO_LARGE}. Defaults: '
                                  + ', '.join(f'{n}={formats.format_size(b)}'
                                              for n, b in formats.resolve_limits().items()) + '.')
@@ -276,7 +279,8 @@ class BuildConfig:
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
-                precisions.kernel_mode(options.embed_precision, options.embed_kernels),
+                precisions.kernel_mode(options.embed_precision,
+                                       precisions.check_kernels(options.embed_precision, options.embed_kernels)),
                 options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
@@ -353,15 +357,26 @@ def config_flags(path: str) -> list[str]:
     the key (`config_flag`).
 
     Raises:
-      ValueError: If the file is unreadable, not a mapping of flag names, or
-        a setting is unknown or has a value its flag refuses.
+      ValueError: Naming the file, if it is unreadable, not UTF-8, not a
+        mapping of flag names, gives a setting twice, or a setting is
+        unknown or has a value its flag refuses.
     """
     import yaml  # JSON is a subset of YAML, so one parser reads both
 
     try:
-        values = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f'cannot read --config {path}: {e}') from e
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f'cannot read --config {path}: {e.strerror or e}') from e
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f'--config {path} is not UTF-8 text (invalid byte at offset {e.start})') from None
+    try:
+        values = yaml.load(text, Loader=_unique_keys_loader())
+    except DuplicateKey as e:
+        raise ValueError(f'--config {path}: {e}') from None
+    except yaml.YAMLError as e:
+        raise ValueError(f'cannot read --config {path}: {" ".join(str(e).split())}') from e
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
     cli.check_known_flags([], [str(k) for k in values], path)
@@ -373,13 +388,48 @@ def config_flags(path: str) -> list[str]:
     return flags
 
 
+# Flags whose value is a comma-separated list: a config file may give it as a YAML list.
+LIST_FLAGS = frozenset({'filter', 'entity_labels', 'dedup_scope', 'max_file_bytes'})
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one mapping of a config file."""
+
+
+def _unique_keys_loader():
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML and JSON keep the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            mark = key_node.start_mark
+            where = f'line {mark.line + 1} column {mark.column + 1}'
+            try:
+                if key in seen:
+                    raise DuplicateKey(f'{key!r} is given twice ({seen[key]} and {where}): keep one')
+                seen[key] = where
+            except TypeError:  # an unhashable key: the base constructor says so
+                continue
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return UniqueKeyLoader
+
+
 def config_flag(path: str, key: str, value, action: argparse.Action, parser: argparse.ArgumentParser) -> list[str]:
     """The flags of one config setting (none for a false on/off flag), checked by its flag's parser.
 
     Raises:
       ValueError: `--config PATH: KEY ...` when the value is missing (null),
-        a mapping, of the wrong kind for its flag, or one its flag refuses,
-        and for a nested `config:` (one file holds every setting).
+        a mapping, a list for a flag that takes one value (`chunk_size:
+        [200]`; only LIST_FLAGS take lists), of the wrong kind for its flag,
+        or one its flag refuses, and for a nested `config:` (one file holds
+        every setting).
     """
     where = f'--config {path}: {key}'
     if key == 'config':
@@ -401,6 +451,13 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
         # On/off flags take no value: `versioned: true` is `--versioned`.
         return [f'--{key}'] if value else []
     if isinstance(value, (list, tuple)):
+        if isinstance(action, argparse._AppendAction):  # a flag given once per item
+            return [flag for item in value for flag in config_flag(path, key, item, action, parser)]
+        # Beam's --experiments and the like take comma-separated lists too.
+        if key not in LIST_FLAGS and type(action).__name__ != '_CommaSeparatedListAction':
+            raise ValueError(f'{where} must be one value, not a list ({value!r})')
+        if any(isinstance(v, (list, tuple, dict)) or v is None for v in value):
+            raise ValueError(f'{where} must be a list of values, not {value!r}')
         value = ','.join(str(v) for v in value)
     flag = f'--{key}={value}'
     try:

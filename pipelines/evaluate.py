@@ -41,7 +41,8 @@ from transforms.dedup import registry
 from transforms.dedup.config import FilterConfig
 from transforms.evaluation import metrics
 from transforms.evaluation import report as eval_report
-from transforms.evaluation.datasets import CHROMA, DATASETS, read_dataset, sample_questions
+from transforms.evaluation import ir_scoring
+from transforms.evaluation.datasets import BEIR, CHROMA, DATASETS, read_dataset, sample_questions
 from transforms.evaluation.features import (
     DEFAULT_CACHE_MAX_BYTES,
     FeatureStore,
@@ -64,6 +65,7 @@ from transforms.features import precision as precisions
 from transforms.features.embedding import EmbeddingConfig, embed_texts
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 from transforms.output import snapshots
+from transforms.query import retrieval as ranking
 
 LOG = logging.getLogger('ragsieve.evaluate')
 
@@ -101,6 +103,9 @@ class EvaluateConfig:
       retrieval: `dense` (the study's protocol: exact top-k by cosine) or
         `hybrid` (the query job's ranking: dense + BM25 + salience + recency
         fused by RRF, then cross-document dedup; see transforms/retrieval.py).
+      retrievals: For `beir`: the rankings scored, among `dense`, `bm25`, `hybrid`.
+      split: For `beir`: the qrels file, `qrels/<split>.tsv`.
+      ranking: The hybrid ranking's settings (floor, candidates, weights).
     """
 
     dataset: str
@@ -119,12 +124,19 @@ class EvaluateConfig:
     lemma_model: str = DEFAULT_LEMMA_MODEL
     progress: bool = True
     retrieval: str = DENSE
+    retrievals: tuple[str, ...] = ir_scoring.IR_RETRIEVALS
+    split: str = 'test'
+    ranking: ranking.RetrievalConfig = ranking.RetrievalConfig()
     cache: Optional[str] = None
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
 
     def __post_init__(self):
         if self.retrieval not in RETRIEVALS:
             raise ValueError(f'unknown retrieval {self.retrieval!r}; choose one of {list(RETRIEVALS)}')
+        unknown = [r for r in self.retrievals if r not in ir_scoring.IR_RETRIEVALS]
+        if unknown or not self.retrievals or len(set(self.retrievals)) != len(self.retrievals):
+            raise ValueError(f'retrievals must be distinct, among {list(ir_scoring.IR_RETRIEVALS)}, '
+                             f'got {list(self.retrievals)}')
         if self.dataset not in DATASETS:
             raise ValueError(f'unknown dataset {self.dataset!r}; choose one of {list(DATASETS)}')
         if not self.chunkers:
@@ -165,12 +177,13 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
       ValueError: For unreadable data or models.
     """
     started = time.perf_counter()
-    documents, questions = read_dataset(config.dataset, config.data)
+    documents, questions, rejected = read_dataset(config.dataset, config.data, config.split)
     questions = sample_questions(questions, config.max_questions, config.seed)
     if not questions:
-        raise ValueError(f'no questions in {config.data}')
+        raise ValueError(f'no questions in {config.data}' + (f' ({len(rejected)} rejected)' if rejected else ''))
     output = Path(config.output)
     output.mkdir(parents=True, exist_ok=True)
+    eval_report.write_rejected(rejected, output / 'rejected.csv')
 
     mode = precisions.kernel_mode(config.embed_precision, kernels.DEFAULT_MODE)
     if model is None:
@@ -186,7 +199,9 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
                                           kernels=mode,
                                           precision=config.embed_precision), model, settings.features,
             grid_needs(config.filters)))
-        summary = _evaluate(config, documents, questions, store, output, started)
+        run_grid = _evaluate_ir if config.dataset == BEIR else _evaluate
+        summary = run_grid(config, documents, questions, store, output, started)
+        summary['rejected'] = eval_report.rejected_summary(rejected)
         t = time.perf_counter()
         store.save(config.cache_max_bytes)
         summary['seconds']['save_cache'] = time.perf_counter() - t
@@ -255,6 +270,42 @@ def _evaluate(config, documents, questions, store: FeatureStore, output: Path, s
     return summary
 
 
+def _evaluate_ir(config, documents, queries, store: FeatureStore, output: Path, started: float) -> dict:
+    """Scores an IR set (BEIR layout); writes results.csv and a table per chunker; returns the summary."""
+    from tqdm import tqdm
+
+    query_vectors = question_vectors(store, [q.text for q in queries])
+    setup = {'load_and_queries': time.perf_counter() - started}
+    all_rows, timings = [], {}
+    # The hybrid ranking logs each query's dedup at INFO, as the query job does: too many lines here.
+    logging.getLogger('ragsieve.query').setLevel(logging.WARNING)
+    with tqdm(total=len(config.chunkers) * len(config.filters), desc='evaluate', unit='filter',
+              disable=not config.progress, file=sys.stderr) as bar:
+        for chunker in config.chunkers:
+            label = chunker_label(chunker)
+            t = time.perf_counter()
+            rows, stages = ir_scoring.evaluate_ir_chunker(chunker, documents, queries, query_vectors, config, store, bar)
+            stages['total'] = time.perf_counter() - t
+            timings[label] = stages
+            all_rows.extend(rows)
+            (output / f'table_{label}.md').write_text(eval_report.ir_markdown_table(
+                rows, f'{config.dataset} {Path(config.data).name} ({config.split}), {label}, '
+                      f'{len(queries)} queries, {len(documents)} passages'), encoding='utf-8')
+            eval_report.write_csv(all_rows, output / 'results.csv', eval_report.IR_CSV_COLUMNS)
+    return {
+        'dataset': config.dataset,
+        'data': str(config.data),
+        'split': config.split,
+        'documents': len(documents),
+        'questions': len(queries),
+        'retrievals': list(config.retrievals),
+        'ranking': dataclasses.asdict(config.ranking),
+        'chunkers': [chunker_label(c) for c in config.chunkers],
+        'filters': [f'{g.name}' + ('' if g.threshold is None else f'@{g.threshold:g}') for g in config.filters],
+        'seconds': {'setup': setup, 'chunkers': timings},
+    }
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser().parse_args(argv)
 
@@ -265,7 +316,11 @@ def parser() -> argparse.ArgumentParser:
         prog='ragsieve evaluate',
         description='Score chunkers x redundancy filters on a QA dataset, as the chunk-filtering study.')
     parser.add_argument('--dataset', type=str, choices=DATASETS, default=CHROMA,
-                        help='chroma: folder of *.md corpora + questions_df.csv; squad: SQuAD v1.1 JSON.')
+                        help='chroma: folder of *.md corpora + questions_df.csv; squad: SQuAD v1.1 JSON; '
+                             'beir: an IR set in the BEIR layout (corpus.jsonl, queries.jsonl, '
+                             'qrels/SPLIT.tsv), scored by nDCG@10, recall@10/@100, MRR@10.')
+    parser.add_argument('--split', type=str, default='test',
+                        help='beir: the qrels file scored, qrels/SPLIT.tsv.')
     parser.add_argument('--data', type=str, default=None,
                         help='Dataset path; for chroma defaults to ../shared/data/chroma beside the repository.')
     parser.add_argument('--output', type=str, required=True,
@@ -294,9 +349,17 @@ def parser() -> argparse.ArgumentParser:
                              'questions are embedded in fp32, as by `ragsieve query`.')
     parser.add_argument('--lemma_model', type=str, default=DEFAULT_LEMMA_MODEL,
                         help='spaCy package lemmatizing the preprocessed variant.')
-    parser.add_argument('--retrieval', type=str, choices=RETRIEVALS, default=DENSE,
-                        help='dense: exact top-k by cosine (the study); hybrid: the query job\'s '
-                             'RRF of dense, BM25, salience and recency, then cross-document dedup.')
+    parser.add_argument('--retrieval', type=str, default=None,
+                        help=f'chroma, squad: one of {list(RETRIEVALS)} (default dense): exact top-k by cosine '
+                             '(the study), or the query job\'s RRF of dense, BM25, salience and recency, then '
+                             'cross-document dedup. beir: comma-separated, among '
+                             f'{list(ir_scoring.IR_RETRIEVALS)} (default all).')
+    defaults = ranking.RetrievalConfig()
+    parser.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
+                        help='Hybrid: the dense cosine floor, as `ragsieve query --min_relevance`.')
+    parser.add_argument('--floor_exempt_bm25', type=int, default=defaults.floor_exempt_bm25,
+                        help='Hybrid: candidates BM25 ranks in its top N are kept below the floor, as '
+                             '`ragsieve query --floor_exempt_bm25` (0: the floor drops every candidate below it).')
     parser.add_argument('--cache', type=str, default=None,
                         help='Root of the feature cache (embeddings, entities) kept between runs, '
                              'in the build\'s layout; default: $XDG_CACHE_HOME/ragsieve/evaluate '
@@ -316,6 +379,10 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
       ValueError: For invalid or missing settings.
     """
     data = args.data
+    kinds = tuple(r.strip() for r in (args.retrieval or '').split(',') if r.strip())
+    if args.dataset != BEIR and len(kinds) > 1:
+        raise ValueError(f'--retrieval takes one of {list(RETRIEVALS)} for --dataset {args.dataset}, '
+                         f'got {args.retrieval!r}')
     if data is None:
         if args.dataset != CHROMA:
             raise ValueError(f'--data is required for --dataset {args.dataset}')
@@ -335,7 +402,10 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         embed_precision=args.embed_precision,
         lemma_model=args.lemma_model,
         progress=not args.no_progress,
-        retrieval=args.retrieval,
+        retrieval=kinds[0] if kinds and args.dataset != BEIR else DENSE,
+        retrievals=kinds if kinds and args.dataset == BEIR else ir_scoring.IR_RETRIEVALS,
+        split=args.split,
+        ranking=ranking.RetrievalConfig(min_relevance=args.min_relevance, floor_exempt_bm25=args.floor_exempt_bm25),
         cache_max_bytes=args.cache_max_bytes,
         cache=None if args.cache == feature_cache.NO_CACHE else (args.cache or str(default_cache())),
     )
@@ -350,8 +420,10 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     config = config_from_args(parse_args(argv))
     summary = evaluate(config)
+    rejected = summary['rejected']['count']
     print(f"evaluated {len(summary['chunkers'])} chunkers x {len(summary['filters'])} filters on "
-          f"{summary['questions']} questions in {summary['seconds']['total']:.0f} s -> {config.output}")
+          f"{summary['questions']} questions" + (f" ({rejected} rejected: rejected.csv)" if rejected else '')
+          + f" in {summary['seconds']['total']:.0f} s -> {config.output}")
     return summary
 
 

@@ -47,7 +47,7 @@ def publish_versioned(root: str, run_id: str) -> str:
     Raises:
       ValueError: If the run id is invalid or names no complete run, or a build holds the root.
     """
-    directory = snapshots.run_dir(root, snapshots.check_run_id(run_id))
+    directory = snapshots.run_dir(root, snapshots.check_run_id(run_id, '--run'))
     with snapshots.lock(root):
         if not FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
             complete, _ = snapshots.list_runs(root)

@@ -9,7 +9,8 @@ or from Python, loading the index, the BM25 index and the model once:
     result = retriever.search('question', k=5, where={'release': '3.12'})
 
 Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
-top-N; those with a dense cosine below `min_relevance` are dropped. Each
+top-N; those with a dense cosine below `min_relevance` are dropped, unless
+BM25 ranks them in its top `floor_exempt_bm25` (5). Each
 signal (dense cosine, BM25 score, salience, recency) ranks the candidates
 (1 = best, ties by chunk_id); reciprocal rank fusion sums
 `weight / (60 + rank)` over the signals where the chunk has a value (see
@@ -70,7 +71,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument('--candidates', type=int, default=defaults.candidates,
                    help='N: the union of the dense top-N and the BM25 top-N is fused.')
     p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
-                   help='Candidates with a dense cosine below this are dropped.')
+                   help='Candidates with a dense cosine below this are dropped, unless BM25 found them '
+                        '(--floor_exempt_bm25).')
+    p.add_argument('--floor_exempt_bm25', type=int, default=defaults.floor_exempt_bm25,
+                   help='Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
+                        'signal found is not junk (0: the floor drops every candidate below it).')
     p.add_argument('--dedup_threshold', type=float, default=defaults.dedup_threshold,
                    help='Skip a chunk whose cosine to an already selected chunk is >= this.')
     for signal in retrieval.SIGNALS:
@@ -114,14 +119,13 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
     args = parser().parse_args(argv)
     LOG.setLevel(logging.INFO)
-    if not args.question.strip():
-        raise ValueError('the question is empty')
-    if args.k < 1:
-        raise ValueError(f'--k must be >= 1, got {args.k}')
+    retrieval.check_question(args.question)
+    retrieval.check_k(args.k, '--k')
     check_device(args.device)
     config = retrieval.RetrievalConfig(
         candidates=args.candidates,
         min_relevance=args.min_relevance,
+        floor_exempt_bm25=args.floor_exempt_bm25,
         dedup_threshold=args.dedup_threshold,
         **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
     )

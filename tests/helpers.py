@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -30,6 +31,7 @@ from transforms.features.minhash import MinHashConfig, signatures
 from transforms.ingest import read
 from transforms.ingest.formats.base import Extracted
 from transforms.output import tables
+from transforms.output.writers import write_table
 from transforms.text import content_hash
 from transforms.types import Chunk, Document, Dropped, make_chunk_id
 
@@ -39,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / 'fixtures'
 CHROMA = FIXTURES / 'chroma'
 SQUAD = FIXTURES / 'squad_mini.json'
+BEIR_MINI = FIXTURES / 'beir_mini'
 
 # --- texts -------------------------------------------------------------------------
 
@@ -131,6 +134,27 @@ NEW_BULLET = '- Bidirectional text is reordered by the paragraph level algorithm
 def wrapped_release(unicode: str = '15.0.0', bullet: bool = False) -> str:
     """The hard-wrapped release page for one Unicode version, with the new bullet or not."""
     return WRAPPED_RELEASE.format(unicode=unicode, bullet=NEW_BULLET if bullet else '')
+
+
+def rewrite_values(part, change) -> None:
+    """Rewrites a feature cache part with `change(key, value)` as each value, its checksums left as written.
+
+    What bytes flipped inside a part that still decodes amount to: wrong values, the file readable.
+    """
+    table = pq.read_table(part)
+    values = [change(k, v) for k, v in zip(table.column('key').to_pylist(), table.column('value').to_pylist())]
+    column = pa.array(values, table.schema.field('value').type)
+    write_table(table.set_column(table.column_names.index('value'), 'value', column), str(part))
+
+
+def flip_pages(part, column: str = 'value') -> None:
+    """Flips every byte of one column's pages in a Parquet file's first row group; its footer stays intact."""
+    chunk = pq.ParquetFile(part).metadata.row_group(0).column(pq.ParquetFile(part).schema_arrow.names.index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(open(part, 'rb').read())
+    for i in range(start, start + chunk.total_compressed_size):
+        data[i] ^= 0xFF
+    open(part, 'wb').write(bytes(data))
 
 
 def unit(*values):
@@ -323,12 +347,16 @@ def _pdf_string(text: str) -> bytes:
     return b'(' + escaped.encode('latin-1') + b')'
 
 
-def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None) -> bytes:
+def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None, inflated_padding: int = 0) -> bytes:
     """A valid PDF, one page per item: lines of Helvetica text, or a drawn square (no text) for None.
 
     Written by hand (catalog, page tree, font, pages, content streams and an
-    exact xref table), so the tests need no PDF writing library.
+    exact xref table), so the tests need no PDF writing library. With
+    `inflated_padding`, each content stream ends with that many blanks and
+    is deflated (`/FlateDecode`): a stream bomb, for a large value.
     """
+    import zlib
+
     n = len(pages)
     # Objects: 1 catalog, 2 page tree, 3 font, 4 info, then (page, content) per page.
     page_ids = [5 + 2 * i for i in range(n)]
@@ -347,7 +375,10 @@ def make_pdf(pages: Sequence[Optional[str]], title: Optional[str] = None) -> byt
         objects[page_id] = (
             b'<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] '
             b'/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>' % (page_id + 1))
-        objects[page_id + 1] = b'<< /Length %d >>\nstream\n' % len(stream) + stream + b'\nendstream'
+        flate = b''
+        if inflated_padding:
+            stream, flate = zlib.compress(stream + b'\n' + b' ' * inflated_padding, 9), b' /Filter /FlateDecode'
+        objects[page_id + 1] = b'<< /Length %d%s >>\nstream\n' % (len(stream), flate) + stream + b'\nendstream'
     out = bytearray(b'%PDF-1.4\n')
     offsets = {}
     for number in sorted(objects):
@@ -402,6 +433,64 @@ def make_docx(blocks: Sequence[tuple], title: Optional[str] = None) -> bytes:
     buffer = io.BytesIO()
     document.save(buffer)
     return buffer.getvalue()
+
+
+WORD_NS = 'http://schemas.openxmlformats.org/wordprocessingml/2006/main'
+
+
+def docx_with_body(body: str, core: bool = True, doctype: str = '') -> bytes:
+    """A .docx whose `<w:body>` is `body` (WordprocessingML, prefix `w:`), made from `make_docx`'s parts.
+
+    Args:
+      body: The XML inside `<w:body>`.
+      core: Whether it keeps docProps/core.xml (without it: no core properties at all).
+      doctype: A `<!DOCTYPE ...>` to put before the root, e.g. to declare entities.
+    """
+    import re
+    import zipfile
+
+    source = zipfile.ZipFile(io.BytesIO(make_docx([('p', 'x')], title='Core title')))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as target:
+        for name in source.namelist():
+            data = source.read(name)
+            if name == 'docProps/core.xml' and not core:
+                continue
+            if name == 'word/document.xml':
+                data = ("<?xml version='1.0' encoding='UTF-8' standalone='yes'?>\n" + doctype +
+                        f'<w:document xmlns:w="{WORD_NS}" '
+                        'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006">'
+                        f'<w:body>{body}</w:body></w:document>').encode('utf-8')
+            elif not core and name in ('_rels/.rels', '[Content_Types].xml'):
+                text = data.decode('utf-8')
+                text = re.sub(r'<Relationship [^>]*core-properties[^>]*/>', '', text)
+                text = re.sub(r'<Override [^>]*core.xml[^>]*/>', '', text)
+                data = text.encode('utf-8')
+            target.writestr(name, data)
+    return out.getvalue()
+
+
+def zip_bomb_docx(inflated: int) -> bytes:
+    """A .docx whose document.xml inflates to `inflated` bytes (of one paragraph's padding), deflated."""
+    import zipfile
+
+    source = zipfile.ZipFile(io.BytesIO(make_docx([('p', 'x')])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED, compresslevel=9) as target:
+        for name in source.namelist():
+            if name != 'word/document.xml':
+                target.writestr(name, source.read(name))
+        head = f'<w:document xmlns:w="{WORD_NS}"><w:body><w:p><w:r><w:t>'.encode()
+        tail = b'</w:t></w:r></w:p></w:body></w:document>'
+        with target.open('word/document.xml', 'w') as f:
+            f.write(head)
+            block = b' ' * (1 << 20)
+            left = inflated - len(head) - len(tail)
+            while left > 0:
+                f.write(block[:left])
+                left -= len(block)
+            f.write(tail)
+    return out.getvalue()
 
 
 BOILERPLATE_PAGE = """<!DOCTYPE html>

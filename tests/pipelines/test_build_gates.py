@@ -11,6 +11,7 @@ from pipelines.build_manifest import Target
 from pipelines.build_options import BuildConfig
 from tests.helpers import REPO
 from transforms.chunking.chunkers import ChunkerConfig
+from transforms.features import cache as feature_cache
 from transforms.features.embedding import EmbeddingConfig
 from transforms.output import gates, snapshots
 from transforms.output.gates import GateConfig
@@ -58,6 +59,9 @@ def test_a_rebuild_passes_and_one_where_half_the_documents_vanished_is_refused(s
     refused = manifest_of(root / 'runs' / 'r3')['gates']
     assert refused['failed'] == ['rejected_rise', 'documents_drop', 'kept_drop', 'canary_share', 'canary_vs_previous']
     assert 'data-verdict="fail"' in (root / 'runs' / 'r3' / 'report.html').read_text()
+    # Its features are sound: the next build reads them, and deletes none as a killed run's leftovers.
+    assert sorted(p.parent.name for p in (root / 'cache').glob('*/*/*/COMPLETE')).count('r3') == 3
+    assert feature_cache.delete_incomplete(str(root / 'cache')) == []
 
     # A person looked and publishes it.
     assert cli.main(['publish', '--output', str(root), '--run', 'r3']) == 0

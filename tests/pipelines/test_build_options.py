@@ -71,6 +71,35 @@ def test_a_bad_config_value_names_the_file_and_the_key(tmp_path, setting, messag
     assert capsys.readouterr() == ('', '')
 
 
+@pytest.mark.parametrize('name,text,message', [
+    ('build.yaml', 'input: in\noutput: out\nchunk_size: 200\nchunk_size: 300\n',
+     r"build.yaml: 'chunk_size' is given twice \(line 3 column 1 and line 4 column 1\): keep one$"),
+    ('build.json', '{"input": "in", "output": "out", "chunk_size": 200, "chunk_size": 300}',
+     r"build.json: 'chunk_size' is given twice \(line 1 column 34 and line 1 column 53\)"),
+    ('build.yaml', 'input: in\noutput: out\nchunk_size: [200]\n',
+     r'build.yaml: chunk_size must be one value, not a list \(\[200\]\)$'),
+    ('build.yaml', 'input: in\noutput: out\nfilter: [exact, [minhash]]\n', 'build.yaml: filter must be a list of values'),
+])
+def test_a_config_file_that_is_not_one_value_per_setting_is_refused(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        build_options.parse_args(['--config', str(tmp_path / name)])
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    config = tmp_path / 'build.yaml'
+    config.write_bytes('input: in\noutput: caf\xe9\n'.encode('latin-1'))
+    with pytest.raises(ValueError, match=rf'^--config {config} is not UTF-8 text \(invalid byte at offset 21\)$'):
+        build_options.parse_args(['--config', str(config)])
+
+
+def test_list_settings_take_yaml_lists_and_beams_comma_lists_too(tmp_path):
+    config = tmp_path / 'build.yaml'
+    config.write_text('input: in\noutput: out\nfilter: [exact, minhash]\nexperiments: [a, b]\n')
+    assert build_options.config_flags(str(config)) == [
+        '--input=in', '--output=out', '--filter=exact,minhash', '--experiments=a,b']
+
+
 def test_a_config_file_naming_another_is_refused(tmp_path):
     (tmp_path / 'other.yaml').write_text('chunk_size: 32\n')
     config = tmp_path / 'build.yaml'
@@ -141,3 +170,15 @@ def test_a_canary_with_a_bad_line_is_refused_before_any_work(tmp_path):
     canary.write_text('{"question": "q", "doc_id": "d"}\n{"question": "no expectation"}\n')
     with pytest.raises(ValueError, match=r'canary.jsonl:2: needs an expected "doc_id" or "text"'):
         config_of(['--input', 'in', '--output', 'out', '--gate_canary', str(canary)])
+
+
+def test_bf16_runs_on_native_kernels_and_refuses_portable_ones():
+    from transforms.features.precision import check_kernels
+
+    assert parse().embedding.kernels == 'portable'
+    assert parse('--embed_kernels', 'native').embedding.kernels == 'native'
+    assert [check_kernels('bf16', None), check_kernels('bf16', 'native'), check_kernels('fp32', None)] == [
+        'native', 'native', 'portable']
+    # Refused before anything looks at the CPU's bf16 units (this one may have none).
+    with pytest.raises(ValueError, match='^--embed_kernels portable cannot run --embed_precision bf16'):
+        parse('--embed_precision', 'bf16', '--embed_kernels', 'portable')

@@ -2,11 +2,12 @@
 
 import csv
 import json
+import shutil
 
 import pytest
 
 from pipelines import cli, evaluate
-from tests.helpers import CHROMA, SQUAD, _chunk
+from tests.helpers import BEIR_MINI, CHROMA, SQUAD, _chunk
 from transforms.dedup.config import FilterConfig, parse_filters
 from transforms.evaluation import grid as eval_grid
 from transforms.evaluation import report as eval_report
@@ -166,3 +167,88 @@ def test_apply_filters_runs_the_grid_filters_in_order():
     assert run('ner_exact') == {'a#0', 'a#2'}
     assert run('cascade') == all_ids - {'a#1'}
     assert run('random@1.0') == set()
+
+
+def beir_rows(tmp_path, embedding_model, *flags):
+    out = tmp_path / 'out'
+    argv = ['--dataset', 'beir', '--data', str(BEIR_MINI), '--output', str(out), '--chunkers', 'recursive:64:0',
+            '--filters', 'none,exact', '--no_progress', *flags]
+    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    with (out / 'results.csv').open() as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert tuple(reader.fieldnames) == eval_report.IR_CSV_COLUMNS
+    return summary, {(r['filter'], r['retrieval']): r for r in rows}, out
+
+
+def test_end_to_end_beir_scores_dense_bm25_and_the_query_ranking(tmp_path, embedding_model):
+    summary, rows, out = beir_rows(tmp_path, embedding_model)
+    assert summary['questions'] == 4 and summary['documents'] == 8 and summary['rejected']['count'] == 0
+    assert set(rows) == {(f, r) for f in ('none', 'exact') for r in ('dense', 'bm25', 'hybrid')}
+    for r in rows.values():
+        assert r['passages'] == '8' and r['chunks'] == '8' and r['kept'] == '8'
+        for column in eval_report.IR_CSV_COLUMNS[9:]:
+            assert 0.0 <= float(r[column]) <= 1.0
+    dense, bm25, hybrid = (rows[('none', r)] for r in ('dense', 'bm25', 'hybrid'))
+    # Eight passages: the dense top 10 holds them all; BM25 only those sharing a term.
+    assert float(dense['recall@100']) == 1.0 and float(dense['coverage@10']) == 1.0
+    # Each query's best passage is its answer, whatever the retrieval.
+    assert float(dense['mrr@10']) == float(bm25['mrr@10']) == float(hybrid['mrr@10']) == 1.0
+    # The floor keeps the second hop BM25 found: every group of every query is found.
+    assert float(hybrid['all_groups@10']) == 1.0
+    table = (out / 'table_recursive_64_0.md').read_text()
+    assert '| No filtering | hybrid | 8 | 0.0 |' in table and 'coverage@10' in table
+
+
+def test_beir_hybrid_with_the_floor_on_every_candidate_loses_the_second_hop(tmp_path, embedding_model):
+    _, rows, _ = beir_rows(tmp_path, embedding_model, '--floor_exempt_bm25', '0', '--retrieval', 'hybrid')
+    assert set(rows) == {('none', 'hybrid'), ('exact', 'hybrid')}
+    # q1's founder passage (cosine < 0.25) is dropped: 1 of its 2 groups, so 3 of 4 queries have all.
+    assert float(rows[('none', 'hybrid')]['all_groups@10']) == 0.75
+
+
+def test_rejected_questions_are_counted_in_the_results(tmp_path, embedding_model):
+    data = tmp_path / 'chroma'
+    shutil.copytree(CHROMA, data)
+    csv_path = data / 'questions_df.csv'
+    csv_path.write_text(csv_path.read_text() + 'Reversed?,"[{""start_index"": 9, ""end_index"": 2}]",space\n')
+    out = tmp_path / 'out'
+    argv = ['--dataset', 'chroma', '--data', str(data), '--output', str(out), '--chunkers', 'fixed:64:0',
+            '--filters', 'none', '--variants', 'raw', '--no_progress']
+    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    assert summary['questions'] == 5
+    assert summary['rejected'] == {'count': 1, 'reasons': {'reference … is reversed': 1}}
+    assert (out / 'rejected.csv').read_text().splitlines() == [
+        'where,reason', f'{csv_path}:7,"reference [9, 2) is reversed"']
+    assert json.loads((out / 'summary.json').read_text())['rejected']['count'] == 1
+
+
+def test_more_than_one_retrieval_is_for_beir_only():
+    with pytest.raises(ValueError, match='--retrieval takes one of'):
+        evaluate.config_from_args(evaluate.parse_args(['--output', 'o', '--retrieval', 'dense,hybrid']))
+    with pytest.raises(ValueError, match='retrievals must be distinct'):
+        evaluate.config_from_args(evaluate.parse_args(['--dataset', 'beir', '--data', 'd', '--output', 'o',
+                                                       '--retrieval', 'dense,splade']))
+
+
+@pytest.mark.parametrize('dataset,make,message', [
+    ('squad', lambda d: (d / 'squad.json').write_text('{"data": [{"title": "T", "paragraphs": '
+                                                      '[{"context": "x", "qas": null}]}]}'),
+     'squad.json: article 0 paragraph 0: qas is null, not a list'),
+    ('squad', lambda d: (d / 'squad.json').write_text('{"data": [{"title": "T", "paragraphs": [{"context": 7}]}]}'),
+     'squad.json: article 0 paragraph 0: context is int, not a string'),
+    ('chroma', lambda d: ((d / 'a.md').write_text('text'), (d / 'questions_df.csv').write_text('q,references,corpus_id\n')),
+     "questions_df.csv: no 'question' column"),
+    ('chroma', lambda d: ((d / 'a.md').write_bytes(b'caf\xe9'), (d / 'questions_df.csv').write_text(
+        'question,references,corpus_id\n')), 'a.md: not UTF-8'),
+    ('beir', lambda d: (d / 'corpus.jsonl').write_text('{"_id": "a", "text": "x"}\n{oops\n'), 'corpus.jsonl:2: not JSON'),
+])
+def test_bad_evaluation_input_is_one_line_naming_the_file(tmp_path, capsys, dataset, make, message):
+    data = tmp_path / 'data'
+    data.mkdir()
+    make(data)
+    path = data / 'squad.json' if dataset == 'squad' else data
+    assert cli.main(['evaluate', '--dataset', dataset, '--data', str(path), '--output', str(tmp_path / 'out'),
+                     '--no_progress']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('ragsieve evaluate: error: ') and message in err and err.count('\n') == 1, err

@@ -22,7 +22,7 @@ def test_what_cannot_be_published_is_a_clear_error(sample_root, tmp_path, capsys
     cases = [
         (['--output', str(root)], 'is a versioned root: name the run to publish with --run RUN_ID'),
         (['--output', str(root), '--run', 'half'], 'is not a complete run (complete runs: r1)'),
-        (['--output', str(root), '--run', '../x'], "--run_id '../x' must be letters"),
+        (['--output', str(root), '--run', '../x'], "error: --run '../x' must be letters"),  # the flag it came from
         (['--output', str(tmp_path / 'plain')], 'plain.refused holds no refused build to publish'),
     ]
     for argv, message in cases:

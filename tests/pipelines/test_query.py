@@ -204,3 +204,19 @@ def test_bad_latest_is_reported_as_a_corrupt_latest(index_dir, tmp_path, capsys,
 def test_bad_query_flags_are_refused(index_dir, capsys, flags, message):
     assert cli.main(['query', '--index', str(index_dir), *flags, 'question']) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_question_of_bytes_that_are_not_utf8_is_one_line(index_dir):
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    done = subprocess.run([sys.executable, '-m', 'pipelines.query', '--index', os.fsencode(index_dir), b'caf\xff'],
+                          capture_output=True, cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO)})
+    err = done.stderr.decode('utf-8', 'backslashreplace')
+    assert done.returncode == 2, err
+    # (Beam may log a warning of its own on import first.)
+    assert err.splitlines()[-1].startswith('ragsieve query: error: the question is not valid Unicode text')
+    assert 'Traceback' not in err

@@ -81,3 +81,22 @@ def test_build_syncs_what_it_published(tmp_path, capsys):
     assert drift_of(uri, root / 'runs' / 'r1').none
     with pytest.raises(ValueError, match='unknown store'):
         build_index.run(['--input', str(REPO / 'sample_corpus'), '--output', str(tmp_path / 'x'), '--sync', 'nope://x'])
+
+
+def test_a_run_whose_files_are_not_its_builds_is_refused_before_the_store_is_written(synced_runs, tmp_path, capsys):
+    import shutil
+
+    _, r1, r2 = synced_runs
+    run = tmp_path / 'r1'
+    shutil.copytree(r1, run)
+    shutil.rmtree(run / 'bm25')
+    shutil.copytree(r2 / 'bm25', run / 'bm25')  # another build's BM25: it loads, and would be served
+    uri = f'lancedb://{tmp_path}/lance'
+    code, _, err = sync_cli(capsys, '--index', str(run), '--to', uri, '--no_progress')
+    assert code == 2 and err.count('\n') == 1, err
+    assert err.startswith(f'ragsieve sync: error: {run}/bm25/') and 'rebuild it' in err
+    store = open_store(uri)
+    try:
+        assert store.read_marker() is None
+    finally:
+        store.close()

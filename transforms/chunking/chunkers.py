@@ -32,6 +32,9 @@ SEMANTIC_CHUNKERS = (CLUSTER_SEMANTIC, SEMANTIC_BREAKPOINT)
 # (BERT's tokenizer makes a whole 50,000-letter "word" one [UNK]) and the
 # whitespace between tokens counts for none. 16 is ~4x an English token.
 MAX_CHARS_PER_TOKEN = 16
+# The largest `--chunk_size`: 32 times what all-MiniLM-L6-v2 embeds (256 tokens). It also bounds
+# what one run of `cluster_semantic`'s segmentation may span, and so its time per piece.
+MAX_CHUNK_SIZE = 8192
 _WHITESPACE_RUN = re.compile(r'\s+')
 
 
@@ -226,8 +229,8 @@ class ChunkerConfig:
     Attributes:
       name: `fixed` (token windows), `recursive` (separator hierarchy),
         `cluster_semantic` or `semantic_breakpoint` (see semantic_chunking.py).
-      chunk_size: Maximum tokens per chunk (default 400, as in the study); the
-        target average for `semantic_breakpoint`.
+      chunk_size: Maximum tokens per chunk (default 400, as in the study), at
+        most MAX_CHUNK_SIZE; the target average for `semantic_breakpoint`.
       chunk_overlap: Tokens shared with the previous chunk (default 0); must be
         0 for the semantic chunkers, whose chunks never overlap.
       params: The chunker's own integer parameters as sorted `(key, value)`
@@ -244,6 +247,9 @@ class ChunkerConfig:
         if self.name not in CHUNKERS:
             raise ValueError(f'unknown chunker {self.name!r}; choose one of {list(CHUNKERS)}')
         _check_sizes(self.chunk_size, self.chunk_overlap)
+        if self.chunk_size > MAX_CHUNK_SIZE:
+            raise ValueError(f'chunk_size must be <= {MAX_CHUNK_SIZE} tokens, got {self.chunk_size}: a model embeds '
+                             'a chunk\'s first few hundred tokens only (256 for all-MiniLM-L6-v2)')
         if self.is_semantic and self.chunk_overlap:
             raise ValueError(f'chunk_overlap must be 0 for the {self.name} chunker')
         allowed = CHUNKER_PARAMS.get(self.name, ())

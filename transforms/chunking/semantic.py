@@ -114,11 +114,7 @@ def optimal_segmentation(scores: np.ndarray, first_allowed: Sequence[int]) -> li
     n = len(first_allowed)
     if scores.shape != (n, n):
         raise ValueError(f'scores must be ({n}, {n}), got {scores.shape}')
-    width = _band_width(first_allowed)
-    band = np.zeros((n, width))
-    for d in range(1, width):
-        band[: n - d, d] = np.diagonal(scores, offset=d)
-    return _segment(band, first_allowed)
+    return _segment(lambda lo, i: scores[lo:i, i], first_allowed)
 
 
 def cluster_semantic_spans(
@@ -134,9 +130,11 @@ def cluster_semantic_spans(
     similarity within runs (`centre_similarity`, `optimal_segmentation`); a
     run spans at most `max_size` tokens unless it is a single piece.
 
-    Only similarities between pieces that can share a run are computed, so the
-    cost is O(n * k) in time and memory for n pieces and runs of at most k
-    pieces, instead of the study's dense n x n matrix.
+    Only similarities between pieces that can share a run are computed, one
+    piece's at a time: for n pieces and runs of at most k pieces the time is
+    O(n * k) dot products and the memory O(k) beyond the embeddings, however
+    large `max_size` is (the study's dense n x n matrix, or a band of n x k,
+    took gigabytes at `--chunk_size 10**9`).
 
     Args:
       text: The document text.
@@ -159,7 +157,6 @@ def cluster_semantic_spans(
     if n == 0:
         return []
     first = first_allowed_starts(tokens, pieces, max_size)
-    width = _band_width(first)
     # Mean of the off-diagonal dot products without the n x n matrix:
     # sum_{a != b} e_a.e_b = |sum_a e_a|^2 - sum_a |e_a|^2.
     mean = 0.0
@@ -167,10 +164,11 @@ def cluster_semantic_spans(
         total = vectors.sum(axis=0)
         off_diagonal = float(total @ total) - float(np.einsum('ij,ij->', vectors, vectors))
         mean = off_diagonal / (n * (n - 1))
-    band = np.zeros((n, width))
-    for d in range(1, width):
-        band[: n - d, d] = np.einsum('ij,ij->i', vectors[: n - d], vectors[d:]) - mean
-    runs = _segment(band, first)
+    def column(lo: int, i: int) -> np.ndarray:
+        # Row by row, as einsum sums each dot product: the same bits on every CPU (BLAS's would not be).
+        return np.einsum('ij,ij->i', vectors[lo:i], np.broadcast_to(vectors[i], (i - lo, vectors.shape[1]))) - mean
+
+    runs = _segment(column, first)
     return _run_spans(text, pieces, runs)
 
 
@@ -351,35 +349,32 @@ def _check_embeddings(pieces: Sequence[Span], embeddings: np.ndarray) -> np.ndar
     return vectors
 
 
-def _band_width(first_allowed: Sequence[int]) -> int:
-    return max((i - j + 1 for i, j in enumerate(first_allowed)), default=1)
+def _segment(column: Callable[[int, int], np.ndarray], first_allowed: Sequence[int]) -> list[tuple[int, int]]:
+    """The DP of `optimal_segmentation`, one item at a time.
 
-
-def _segment(band: np.ndarray, first_allowed: Sequence[int]) -> list[tuple[int, int]]:
-    """The DP of `optimal_segmentation` on a banded score matrix.
-
-    `band[a, d]` is the score of the pair `(a, a + d)` for `1 <= d < width`.
+    `column(lo, i)` gives the scores of the pairs `(a, i)` for `lo <= a < i`.
+    Only the last `i - first_allowed[i]` items' partial sums are held, so the
+    memory is that of one run, never of the document times a run.
     """
     n = len(first_allowed)
-    # row[a, k]: the scores of `a` with the k items after it, summed.
-    row = np.cumsum(band, axis=1)
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0
     start = [0] * n
+    # held[a - lo]: the scores of item `a` with the items after it up to `i`, summed (lo <= a <= i).
+    held = np.zeros(0)
+    lo = 0
     for i in range(n):
-        # reward(j..i) = reward(j+1..i) + row[j, i - j]: grow the run leftwards.
-        rewards = {}
-        reward = 0.0
-        for j in range(i, first_allowed[i] - 1, -1):
-            reward += row[j, i - j]
-            rewards[j] = reward
-        # Longest run first with a strict comparison: ties merge, so identical
-        # pieces give fewer, larger chunks, and the result is deterministic.
-        for j in range(first_allowed[i], i + 1):
-            value = best[j] + rewards[j]
-            if value > best[i + 1]:
-                best[i + 1] = value
-                start[i] = j
+        first = first_allowed[i]
+        held = np.append(held[first - lo:] + column(first, i), 0.0)
+        lo = first
+        # reward(j..i) = sum of held[j..i]: the run grown leftwards from i.
+        rewards = np.cumsum(held[::-1])[::-1]
+        values = best[first:i + 1] + rewards
+        # The longest run among ties (argmax takes the first): ties merge, so
+        # identical pieces give fewer, larger chunks, and the result is deterministic.
+        k = int(np.argmax(values))
+        best[i + 1] = values[k]
+        start[i] = first + k
     runs = []
     i = n - 1
     while i >= 0:

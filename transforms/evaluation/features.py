@@ -72,10 +72,15 @@ class FeatureStore:
         self.loaded = {f: len(v) for f, v in self._values.items()}
 
     def tokens(self, document: Document) -> TokenIndex:
-        """The document's model-token index, computed once per run."""
-        if document.doc_id not in self._tokens:
-            self._tokens[document.doc_id] = TokenIndex(token_offsets(self.model.tokenizer, document.text))
-        return self._tokens[document.doc_id]
+        """The document's model-token index, computed once per run and text.
+
+        Keyed by the text, not the doc_id: two datasets scored with one store
+        may both have a passage `p0`.
+        """
+        key = text_key(document.text)
+        if key not in self._tokens:
+            self._tokens[key] = TokenIndex(token_offsets(self.model.tokenizer, document.text))
+        return self._tokens[key]
 
     def _todo(self, feature: str, texts: Sequence[str]) -> tuple[list[str], list[str]]:
         keys = [text_key(t) for t in texts]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -31,10 +32,18 @@ PLOT_LABELS = {
 }
 
 
-def write_csv(rows: Sequence[dict], path: Path) -> None:
+# The columns of an IR set's results.csv (`--dataset beir`); the group ones stay empty
+# for a set without groups.
+IR_CSV_COLUMNS = (
+    'dataset', 'chunker', 'retrieval', 'method', 'filter', 'passages', 'chunks', 'kept', 'reduction',
+    'ndcg@10', 'recall@10', 'recall@100', 'mrr@10', 'coverage@10', 'all_groups@10',
+)
+
+
+def write_csv(rows: Sequence[dict], path: Path, columns: Sequence[str] = CSV_COLUMNS) -> None:
     """Writes results.csv, floats with 6 decimals."""
     with path.open('w', newline='', encoding='utf-8') as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
@@ -60,6 +69,35 @@ def markdown_table(rows: Sequence[dict], title: str) -> str:
         lines.append(
             f"| {r['method']} | {_threshold(r)} | {r['reduction']:.3f} | {r['char_precision']:.4f} "
             f"| {r['char_recall']:.3f} | {r['char_iou']:.4f} |")
+    return '\n'.join(lines) + '\n'
+
+
+def write_rejected(rejected: Sequence, path: Path) -> None:
+    """Writes rejected.csv: `where, reason` of each question left out (a header only when none was)."""
+    with path.open('w', newline='', encoding='utf-8') as f:
+        writer = csv.writer(f)
+        writer.writerow(('where', 'reason'))
+        writer.writerows((r.where, r.reason) for r in rejected)
+
+
+def rejected_summary(rejected: Sequence) -> dict:
+    """The rejections for summary.json: their count, and a count per reason (spans' numbers left out)."""
+    reasons: dict[str, int] = {}
+    for r in rejected:
+        reason = re.sub(r'\[-?\d+, -?\d+\)|\(\d+ characters\)|\'[^\']*\'', '…', r.reason)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return {'count': len(rejected), 'reasons': dict(sorted(reasons.items()))}
+
+
+def ir_markdown_table(rows: Sequence[dict], title: str) -> str:
+    """One row per filter and retrieval: index size beside nDCG@10, recall@10/@100, MRR@10 (and groups)."""
+    grouped = any('coverage@10' in r for r in rows)
+    metrics = IR_CSV_COLUMNS[9:] if grouped else IR_CSV_COLUMNS[9:13]
+    lines = [f'# {title}', '', '| Method | Retrieval | Chunks kept | Reduction (%) | ' + ' | '.join(metrics) + ' |',
+             '|---|---|---|---|' + '---|' * len(metrics)]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['retrieval']} | {r['kept']} | {r['reduction']:.1f} | "
+                     + ' | '.join(f'{r[m]:.4f}' if m in r else '-' for m in metrics) + ' |')
     return '\n'.join(lines) + '\n'
 
 

@@ -25,6 +25,7 @@ from transforms.evaluation.grid import (
 )
 from transforms.evaluation.lemmas import LemmaTable
 from transforms.query import expand, retrieval
+from transforms.query.retriever import Retriever
 from transforms.types import Chunk, Document, Dropped
 
 LOG = logging.getLogger('ragsieve.evaluate')
@@ -69,6 +70,30 @@ def hit_spans(hits: Sequence[int], chunks: Sequence[Chunk], held: dict[int, list
         [(chunks[h].char_start, chunks[h].char_end) for h in held.get(r, ())])) for r in hits]
 
 
+def hybrid_top_k(kept_chunks: Sequence[Chunk], kept_rows: np.ndarray, vectors: np.ndarray,
+                 questions: Sequence[str], query_vectors: np.ndarray, k: int,
+                 config: retrieval.RetrievalConfig = retrieval.RetrievalConfig()) -> list[list[int]]:
+    """The query job's ranking over the kept chunks: `Retriever.rank`, over them in memory.
+
+    Args:
+      kept_chunks: The chunks a filter kept.
+      kept_rows: Their rows in `vectors`.
+      vectors: The vectors to index, one row per chunk of the whole corpus.
+      questions: The questions' texts (they feed BM25).
+      query_vectors: The questions' embeddings.
+      k: Chunks per question (fewer when the relevance floor leaves fewer).
+      config: The ranking's settings.
+
+    Returns:
+      Per question, rows of `vectors`, best first.
+    """
+    if not len(kept_chunks):
+        return [[] for _ in questions]
+    retriever = Retriever.of_chunks(kept_chunks, None, config, vectors=vectors[kept_rows])
+    row_of = {c.chunk_id: int(r) for c, r in zip(kept_chunks, kept_rows)}
+    return [[row_of[h.chunk_id] for h in retriever.rank(q, v, k).hits] for q, v in zip(questions, query_vectors)]
+
+
 def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors):
     """The top-k rows of `chunks` for each question among the kept ones (dense or hybrid).
 
@@ -77,8 +102,8 @@ def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vector
     if config.retrieval == HYBRID:
         row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
         kept_rows = np.array([row_of[c.chunk_id] for c in kept_chunks], dtype=np.int64)
-        return retrieval.hybrid_top_k(kept_chunks, kept_rows, vectors, [q.question for q in questions],
-                                      query_vectors, config.k, retrieval.RetrievalConfig())
+        return hybrid_top_k(kept_chunks, kept_rows, vectors, [q.question for q in questions],
+                            query_vectors, config.k, config.ranking)
     return retrieval.exact_top_k(vectors, np.flatnonzero(kept), query_vectors, config.k)
 
 

@@ -18,11 +18,19 @@ Reads take the newest complete generation and, once a newer one is complete,
 the older ones are deleted, so the cache holds one corpus' worth of entries
 and those of deleted text go away with the next run. A generation without
 COMPLETE (a killed run) is never read.
+
+Every entry carries a checksum of its key and value (`entry_check`), and is
+verified when read: a part or row group that cannot be decoded, or an entry
+whose checksum fails (or an embedding that is no finite unit vector), is a
+miss, computed again, with one warning naming the part. A damaged cache
+costs time, never a wrong value: the build's output equals a cold build's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import posixpath
 from typing import Iterable, Iterator, Mapping, Optional
@@ -40,6 +48,7 @@ from transforms.output.writers import WriteTable, write_parts
 from transforms.storage import delete_trees, write_bytes, write_json
 from transforms.text import text_key
 from transforms.types import Chunk
+from transforms.validate import vector_problem
 
 LOG = logging.getLogger('ragsieve.cache')
 
@@ -52,8 +61,6 @@ VALUE_TYPES = {
 }
 # `--cache none`: the flag value that turns the cache off, in every job.
 NO_CACHE = 'none'
-# A generation written before entries were sharded: one file, read all the same.
-LEGACY_ENTRIES_FILE = 'entries.parquet'
 COMPLETE_FILE = 'COMPLETE'
 SETTINGS_FILE = 'settings.json'
 
@@ -68,8 +75,27 @@ def with_value(feature: str, chunk: Chunk, value) -> Chunk:
     return dataclasses.replace(chunk, **{feature: typed_value(feature, value)})
 
 
+# The column of each entry's checksum (`entry_check`); a generation without it is not read.
+CHECK_COLUMN = 'check'
+
+
 def entries_schema(feature: str) -> pa.Schema:
-    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature])])
+    return pa.schema([('key', pa.string()), ('value', VALUE_TYPES[feature]), (CHECK_COLUMN, pa.uint64())])
+
+
+def entry_check(feature: str, key: str, value) -> int:
+    """A 64-bit checksum of one entry: its feature, key and value, as `typed_value` reads it back.
+
+    Written with the entry and compared when it is read: a flipped byte in
+    a part that still decodes changes the value, and so fails the check.
+    """
+    value = typed_value(feature, value)
+    if feature in ('embedding', 'minhash'):
+        data = value.tobytes()
+    else:
+        data = json.dumps(value, ensure_ascii=False).encode('utf-8')
+    digest = hashlib.blake2b(key.encode('utf-8') + b'\0' + data, digest_size=8, person=feature.encode()[:16])
+    return int.from_bytes(digest.digest(), 'big')
 
 
 def entries_spec(feature: str) -> tables.TableSpec:
@@ -86,7 +112,7 @@ def entry_row(entry: tuple[str, object], feature: str) -> dict:
         value = [x for triple in value for x in triple]
     else:
         value = list(value)
-    return {'key': key, 'value': value}
+    return {'key': key, 'value': value, CHECK_COLUMN: entry_check(feature, key, value)}
 
 
 def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Table:
@@ -94,9 +120,51 @@ def entries_table(feature: str, entries: Iterable[tuple[str, object]]) -> pa.Tab
     return tables.part_table((entry_row(e, feature) for e in entries), entries_spec(feature))
 
 
-def table_entries(table: pa.Table) -> Iterator[tuple[str, object]]:
-    """`(key, value)` pairs of an entries table; lists stay lists (see `with_value`)."""
-    yield from zip(table.column('key').to_pylist(), table.column('value').to_pylist())
+def entry_problem(feature: str, key, value, check) -> Optional[str]:
+    """Why a read entry must not be used (its checksum fails, an implausible embedding), or None."""
+    if not isinstance(key, str) or value is None or check != entry_check(feature, key, value):
+        return 'checksum mismatch'
+    if feature == 'embedding':
+        return vector_problem(typed_value(feature, value))
+    return None
+
+
+def verified_entries(path: str, feature: str) -> Iterator[tuple[str, object]]:
+    """The entries of one part file that pass their checks, read one row group at a time.
+
+    What cannot be decoded (a row group, the whole file) or fails its check
+    is left out, a miss the run computes again, and one warning names the
+    file with what it lost; counter `cache.<feature>_damaged` counts them.
+    """
+    import pyarrow.parquet as pq
+
+    damaged = Metrics.counter('cache', f'{feature}_damaged')
+    bad, lost_groups, why = 0, 0, None
+    try:
+        with FileSystems.open(path) as f:
+            part = pq.ParquetFile(f)
+            for group in range(part.num_row_groups):
+                try:
+                    table = part.read_row_group(group, columns=['key', 'value', CHECK_COLUMN])
+                except Exception as e:  # pyarrow raises several types for damaged pages
+                    lost_groups += 1
+                    why = why or _error_line(e)
+                    continue
+                for key, value, check in zip(*(table.column(c).to_pylist() for c in table.column_names)):
+                    problem = entry_problem(feature, key, value, check)
+                    if problem is None:
+                        yield key, value
+                    else:
+                        bad += 1
+                        why = why or problem
+    except Exception as e:  # a footer or a file that cannot be opened: nothing of it is used
+        lost_groups, why = lost_groups + 1, _error_line(e)
+    if bad or lost_groups:
+        damaged.inc(bad + lost_groups)
+        lost = [f'{bad} entries fail their check'] if bad else []
+        lost += [f'{lost_groups} row groups cannot be read'] if lost_groups else []
+        LOG.warning('feature cache part %s is damaged (%s; first: %s): what it lost is computed again',
+                    path, ', '.join(lost), why)
 
 
 def _files(pattern: str) -> list[tuple[str, float]]:
@@ -175,16 +243,17 @@ class CacheRun:
             delete_trees(old)
 
 
+def _error_line(error: Exception) -> str:
+    return f'{type(error).__name__}: ' + ' '.join(str(error).split())[:200]
+
+
 def generation_problem(generation: str) -> Optional[str]:
-    """Why a complete generation cannot be read, in one line naming the file, or None (footers only)."""
-    legacy = posixpath.join(generation, LEGACY_ENTRIES_FILE)
-    try:
-        if FileSystems.exists(legacy):
-            tables.load_file(legacy, tables.read_schema)
-            return None
-    except ValueError as e:
-        return str(e)
-    return tables.table_problem(generation, ('key', 'value'))
+    """Why a complete generation cannot be read, in one line naming the file, or None (footers only).
+
+    A generation written before entries carried checksums (no `check`
+    column, or one `entries.parquet`) cannot be verified: it is not read.
+    """
+    return tables.table_problem(generation, ('key', 'value', CHECK_COLUMN))
 
 
 def newest_readable(complete: list[str]) -> Optional[str]:
@@ -202,22 +271,10 @@ def newest_readable(complete: list[str]) -> Optional[str]:
     return None
 
 
-def entries_pattern(generation: str) -> str:
-    """The Parquet files of a generation: its parts, or the one file of an older layout."""
-    return posixpath.join(generation, '*.parquet')
-
-
 def read_entries(generation: str, feature: str) -> dict[str, object]:
-    """All entries of one generation, values as `with_value` sets them (evaluation: it holds them all)."""
-    import pyarrow.parquet as pq
-
-    legacy = posixpath.join(generation, LEGACY_ENTRIES_FILE)
-    if FileSystems.exists(legacy):
-        with FileSystems.open(legacy) as f:
-            parts = [pq.read_table(f)]
-    else:
-        parts = tables.iter_parts(generation)
-    return {key: typed_value(feature, value) for table in parts for key, value in table_entries(table)}
+    """All verified entries of one generation, values as `with_value` sets them (evaluation: it holds them all)."""
+    return {key: typed_value(feature, value) for path in tables.part_paths(generation)
+            for key, value in verified_entries(path, feature)}
 
 
 def typed_value(feature: str, value):
@@ -290,19 +347,23 @@ class JoinCachedFeatures(beam.PTransform):
 
 
 class ReadCacheEntries(beam.PTransform):
-    """PBegin -> PCollection[(key, value)] of one feature's newest complete generation."""
+    """PBegin -> PCollection[(key, value)]: the verified entries of one feature's newest complete generation.
+
+    One part per element (`verified_entries`): a worker holds one part's row
+    group at a time, and a damaged part costs its own entries only.
+    """
 
     def __init__(self, cache: CacheRun, feature: str):
         super().__init__()
-        self._path = cache.read_from[feature]
+        self._feature = feature
+        path = cache.read_from[feature]
+        self._parts = [] if path is None else tables.part_paths(path)
 
     def expand(self, pbegin):
-        if self._path is None:
-            return pbegin | 'Empty' >> beam.Create([])
         return (
             pbegin
-            | 'Read' >> beam.io.ReadFromParquetBatched(entries_pattern(self._path))
-            | 'Entries' >> beam.FlatMap(table_entries)
+            | 'Parts' >> beam.Create(self._parts)
+            | 'VerifiedEntries' >> beam.FlatMap(verified_entries, self._feature)
         )
 
 

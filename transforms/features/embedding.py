@@ -164,9 +164,9 @@ def precision_check(model, texts: Sequence[str], batch_size: int = 64) -> precis
     precision = precisions.precision_of(model)
     key = openvino_cache.sample_key(texts, weights=precisions.weights_of(model), precision=precision,
                                     probe=kernel_probe(model), cpu=kernels.cpu_name(), flags=kernels.cpu_flags())
-    found = openvino_cache.remembered_check(key, [f.name for f in dataclasses.fields(precisions.QualityCheck)])
+    found = openvino_cache.remembered_check(key, precisions.QualityCheck.from_json)
     if found is not None:
-        return dataclasses.replace(precisions.QualityCheck(**found), remembered=True).enforce()
+        return dataclasses.replace(found, remembered=True).enforce()
     reduced = embed_texts(model, texts, batch_size)
     with precisions.fp32_forward(model):
         full = embed_texts(model, texts, batch_size)

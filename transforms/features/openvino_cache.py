@@ -10,9 +10,11 @@ their digest.
 
 Both live under `$RAGSIEVE_OPENVINO_CACHE` (default
 `$XDG_CACHE_HOME/ragsieve/openvino`; `none` turns the cache off). Entries
-appear whole or not at all (written aside, then renamed), and one that
-cannot be read is converted or checked again and replaced; what a killed
-process left aside is removed by the next write of that entry.
+appear whole or not at all (written aside, then renamed) and are verified
+when read (the IR files by their hashes, a check by its checksum and the
+types of its fields); one that cannot be read or fails verification is
+converted or checked again and replaced; what a killed process left aside
+is removed by the next write of that entry.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 LOG = logging.getLogger('ragsieve.openvino')
+T = TypeVar('T')
 ENV = 'RAGSIEVE_OPENVINO_CACHE'
 _IR = ('model.xml', 'model.bin')
 _SUM = 'blake2b.json'  # the IR files' hashes: a damaged weight must not pass for the model
 # Version of a stored check's fields (`precision.QualityCheck`): another version never reads them.
-CHECK_FORMAT = 1
+# 2: stored with a checksum (`remember_check`).
+CHECK_FORMAT = 2
 # An entry's temporary folder this old was left by a killed process (a conversion saves in ~0.2 s).
 STALE_SECONDS = 3600
 
@@ -96,25 +100,39 @@ def _hashes(folder: Path) -> dict:
     return out
 
 
-def remembered_check(key: str, fields: Sequence[str]) -> Optional[dict]:
-    """The quality check stored under `key` (a dict of `fields`), if a previous build on this machine did it."""
+def remembered_check(key: str, read: Callable[[dict], T]) -> Optional[T]:
+    """The quality check stored under `key`, if a previous build on this machine did it.
+
+    An entry is verified, not trusted: its checksum (of the key and the
+    fields, written with it) must hold, and `read` must accept its fields.
+    An entry edited, damaged or of another format is warned of and is a
+    miss: the check is made again and the entry replaced.
+
+    Args:
+      key: The check's key (`sample_key`).
+      read: Turns the stored fields into the check; raises ValueError for
+        fields it refuses (a missing one, a value of the wrong type).
+    """
     path = root() / 'checks' / key / 'check.json' if root() else None
     if path is None or not path.is_file():
         return None
     try:
         found = json.loads(path.read_text(encoding='utf-8'))
-        if not isinstance(found, dict) or sorted(found) != sorted(fields):
-            raise ValueError(f'not a check with fields {", ".join(fields)}')
-        return found
-    except (OSError, ValueError) as e:
+        if not isinstance(found, dict) or sorted(found) != ['blake2b', 'check']:
+            raise ValueError('not a stored check')
+        if found['blake2b'] != digest({'key': key, 'check': found['check']}):
+            raise ValueError('its checksum does not match: edited or damaged')
+        return read(found['check'])
+    except (OSError, ValueError, TypeError) as e:
         LOG.warning('OpenVINO cache %s is unreadable (%s): checking the precision again', path, e)
         return None
 
 
 def remember_check(key: str, check: dict) -> None:
+    """Stores a check under `key`, with the checksum `remembered_check` verifies."""
     if root() is None:
         return
-    text = json.dumps(check, sort_keys=True)
+    text = json.dumps({'check': check, 'blake2b': digest({'key': key, 'check': check})}, sort_keys=True)
     # Replaces what is there: a damaged entry, or the same check stored meanwhile by another process.
     _write_whole(root() / 'checks' / key, lambda tmp: (tmp / 'check.json').write_text(text, encoding='utf-8'),
                  replace=True)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import random
 import warnings
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -137,6 +138,23 @@ def kernel_mode(precision: str, requested: str) -> str:
     return requested if precision == FP32 else kernels.NATIVE
 
 
+def check_kernels(precision: str, requested: Optional[str]) -> str:
+    """The `--embed_kernels` of a build: the one asked for, else the default of `precision`.
+
+    Raises:
+      ValueError: For portable kernels asked for with a reduced precision,
+        which runs on the CPU's own bf16 units: never silently native.
+    """
+    from transforms.features import kernels
+
+    if requested is None:
+        return kernels.DEFAULT_MODE if precision == FP32 else kernels.NATIVE
+    if precision != FP32 and requested == kernels.PORTABLE:
+        raise ValueError(f'--embed_kernels {kernels.PORTABLE} cannot run --embed_precision {precision}, which runs '
+                         f'on the CPU\'s own bf16 units: drop --embed_kernels, or pass {kernels.NATIVE}')
+    return requested
+
+
 def set_precision(model, precision: str):
     """Makes `model` embed in `precision` (bf16: through `OpenVINOForward`); returns it."""
     if precision != FP32:
@@ -166,6 +184,31 @@ class QualityCheck:
     # True when a previous build on this machine checked the same sample (`openvino_cache`).
     remembered: bool = False
 
+    @classmethod
+    def from_json(cls, values: dict) -> 'QualityCheck':
+        """A check stored as JSON (`openvino_cache`), its fields and their types verified.
+
+        Raises:
+          ValueError: For other fields, a precision ragsieve has no name for,
+            a sample that is no positive integer, or cosines that are no
+            finite numbers in [-1, 1] (mean at least min).
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(values, dict) or sorted(values) != sorted(names):
+            raise ValueError(f'not a check with fields {", ".join(names)}')
+        precision, sample = values['precision'], values['sample']
+        cosines = values['min_cosine'], values['mean_cosine']
+        if precision not in PRECISIONS or precision == FP32:
+            raise ValueError(f'precision {precision!r} is not a reduced precision')
+        if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
+            raise ValueError(f'sample {sample!r} is not a positive integer')
+        if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and -1 <= c <= 1
+                   for c in cosines) or cosines[0] > cosines[1] + 1e-9:
+            raise ValueError(f'cosines {list(cosines)!r} are not numbers in [-1, 1] with min <= mean')
+        if not isinstance(values['remembered'], bool):
+            raise ValueError(f'remembered {values["remembered"]!r} is not true or false')
+        return cls(**values)
+
     @property
     def passed(self) -> bool:
         return self.min_cosine >= MIN_COSINE
@@ -177,8 +220,10 @@ class QualityCheck:
           ValueError: When the minimum cosine is below `MIN_COSINE`.
         """
         if not self.passed:
+            remembered = (' (as an earlier build on this machine measured it; its OpenVINO cache holds that '
+                          f'check: ${{{openvino_cache.ENV}}}=none measures again)' if self.remembered else '')
             raise ValueError(f'--embed_precision {self.precision}: the minimum cosine to fp32 on {self.sample} '
-                             f'sampled chunks is {self.min_cosine:.6f}, below {MIN_COSINE}: '
+                             f'sampled chunks is {self.min_cosine:.6f}, below {MIN_COSINE}{remembered}: '
                              'use --embed_precision fp32')
         return self
 

@@ -141,23 +141,23 @@ def file_problem(path: str) -> Optional[Rejected]:
     try:
         link = os.lstat(path)
     except OSError as e:
-        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+        return Rejected(file_source(path), None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
     try:
         info = os.stat(path)
     except OSError as e:
         if stat.S_ISLNK(link.st_mode):
             what = 'a symbolic link loop' if e.errno == errno.ELOOP else f'a dangling symbolic link to {os.readlink(path)!r}'
-            return Rejected(path, None, BROKEN_LINK, what)
-        return Rejected(path, None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
+            return Rejected(file_source(path), None, BROKEN_LINK, what)
+        return Rejected(file_source(path), None, UNREADABLE, f'{type(e).__name__}: {e.strerror}')
     if stat.S_ISDIR(info.st_mode):
         if not os.access(path, os.R_OK | os.X_OK):
-            return Rejected(path, None, UNREADABLE, 'a directory that cannot be listed')
-        return Rejected(path, None, REPEATED_DIRECTORY,
+            return Rejected(file_source(path), None, UNREADABLE, 'a directory that cannot be listed')
+        return Rejected(file_source(path), None, REPEATED_DIRECTORY,
                         f'link to directory {os.path.realpath(path)!r}, which is already read')
     if not stat.S_ISREG(info.st_mode):
         kind = ('FIFO' if stat.S_ISFIFO(info.st_mode) else 'socket' if stat.S_ISSOCK(info.st_mode)
                 else 'device' if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else 'special file')
-        return Rejected(path, None, SPECIAL_FILE, f'a {kind}, not a regular file: not opened')
+        return Rejected(file_source(path), None, SPECIAL_FILE, f'a {kind}, not a regular file: not opened')
     return None
 
 
@@ -166,6 +166,37 @@ def _is_directory(path: str) -> bool:
         return os.path.isdir(path)
     # Object stores have no directories: a path with objects under it is one.
     return bool(FileSystems.match([path.rstrip('/') + '/*'], limits=[1])[0].metadata_list)
+
+
+def path_element(path: str) -> bytes:
+    """A listed path as the bytes the pipeline carries, so that a name that is not UTF-8 travels too.
+
+    A local name that is not UTF-8 comes from `os.scandir` with its bad bytes
+    as lone surrogates (Python's surrogateescape), which Beam's string coder
+    cannot encode: carried as bytes, it reaches `read_file` and is rejected
+    there as one file, instead of failing the whole build.
+    """
+    return path.encode('utf-8', 'surrogateescape')
+
+
+def element_path(element: bytes) -> str:
+    """The path of a `path_element`."""
+    return element.decode('utf-8', 'surrogateescape')
+
+
+# A record's source is `path:N` (line or row N): a file whose own name ends so is shown with that colon escaped.
+_RECORD_SUFFIX = re.compile(r':(\d+)$')
+
+
+def file_source(path: str) -> str:
+    """The `source` of a whole file's rejected row: its path, shown so that no other source reads the same.
+
+    A name that is not UTF-8 has its bad bytes escaped (`bad\\xff.txt`), and
+    a name ending like a record's position (`c.jsonl:1`, which would read as
+    line 1 of `c.jsonl`) has that colon escaped (`c.jsonl\\x3a1`).
+    """
+    shown = path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+    return _RECORD_SUFFIX.sub(r'\\x3a\1', shown)
 
 
 def relative_id(path: str, root: str) -> str:

@@ -15,7 +15,8 @@ from apache_beam.metrics import Metrics
 
 from transforms import storage
 from transforms.ingest import formats, records
-from transforms.ingest.listing import expand_input, file_problem, relative_id
+from transforms.ingest.listing import (
+    element_path, expand_input, file_problem, file_source, path_element, relative_id)
 from transforms.ingest.reasons import (
     DUPLICATE_DOC_ID,
     EMPTY_TEXT,
@@ -73,8 +74,7 @@ def read_file(
     limits = (max_doc_chars, max_metadata_bytes)
     if records.surrogate_position(path) is not None:
         # A file name that is not UTF-8 (Python's surrogateescape): no table can store it as is.
-        shown = path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
-        yield Rejected(shown, None, INVALID_UNICODE, 'the file name is not UTF-8')
+        yield Rejected(file_source(path), None, INVALID_UNICODE, 'the file name is not UTF-8')
         return
     problem = None if storage.is_remote(path) else file_problem(path)
     if problem:
@@ -83,7 +83,7 @@ def read_file(
     fmt = formats.format_of(path)
     if fmt is None:
         suffix = posixpath.splitext(path)[1].lower()
-        yield Rejected(path, None, UNSUPPORTED_TYPE, f'unsupported file type {suffix or "(none)"!r}')
+        yield Rejected(file_source(path), None, UNSUPPORTED_TYPE, f'unsupported file type {suffix or "(none)"!r}')
         return
     limit = (max_file_bytes if max_file_bytes is not None else formats.resolve_limits()).get(fmt.name)
     try:
@@ -96,6 +96,12 @@ def read_file(
     if limit is not None and len(data) > limit:
         yield Rejected(path, relative_id(path, root), formats.FILE_TOO_LARGE,
                        f'larger than the {fmt.name} limit of {limit} bytes (--max_file_bytes)')
+        return
+    inflated = None if limit is None or fmt.inflated_size is None else fmt.inflated_size(data)
+    if inflated is not None and inflated > limit:
+        yield Rejected(path, relative_id(path, root), formats.FILE_TOO_LARGE,
+                       f'its {len(data)} bytes inflate to {inflated}, over the {fmt.name} limit of {limit} bytes '
+                       '(--max_file_bytes): refused before inflating')
         return
     if fmt.extract is not None:
         yield extracted_document(fmt, path, relative_id(path, root), data, *limits)
@@ -307,7 +313,8 @@ class _ReadFileFn(beam.DoFn):
         self._documents = Metrics.counter('read', 'documents')
         self._msecs = Metrics.counter('read', 'msecs')
 
-    def process(self, path: str):
+    def process(self, element: bytes):
+        path = element_path(element)
         self._files.inc()
         started = time.perf_counter()
         parsed = list(read_file(
@@ -365,7 +372,7 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pbegin):
         parsed = (
             pbegin
-            | 'ListFiles' >> beam.Create(self._paths)
+            | 'ListFiles' >> beam.Create([path_element(p) for p in self._paths])
             | 'ParseFiles'
             >> beam.ParDo(_ReadFileFn(
                 self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes)).with_outputs(

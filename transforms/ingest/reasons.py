@@ -33,7 +33,8 @@ MEANINGS = {
     TOO_LARGE: 'a document longer than `--max_doc_chars`',
     DUPLICATE_DOC_ID: 'a second document with an id already read (the first by source path, then line or row, is kept)',
     UNSUPPORTED_TYPE: 'a file of no supported format',
-    INVALID_UNICODE: 'unpaired surrogates in a text or an id',
+    INVALID_UNICODE: ('unpaired surrogates in a text or an id, or a file name that is not UTF-8 '
+                      '(shown with its bad bytes escaped, `bad\\xff.txt`)'),
     METADATA_TOO_LARGE: 'metadata larger than `--max_metadata_bytes` as JSON (it is copied into every chunk)',
     NO_RECORDS: 'a `.jsonl` of blank lines only, or a `.parquet` of zero rows: a file that holds no record',
     SPECIAL_FILE: 'a FIFO, socket or device: never opened',

@@ -46,8 +46,12 @@ def new_run_id(now: Optional[datetime.datetime] = None) -> str:
     return now.strftime('%Y%m%dT%H%M%S%fZ')
 
 
-def check_run_id(run_id: str) -> str:
+def check_run_id(run_id: str, flag: str = '--run_id') -> str:
     """Returns `run_id` if it can name a directory.
+
+    Args:
+      run_id: The run id.
+      flag: The flag it came from, for the message (`ragsieve publish` takes `--run`).
 
     Raises:
       ValueError: If it is empty, starts with `.`/`-` or holds other than
@@ -55,7 +59,7 @@ def check_run_id(run_id: str) -> str:
     """
     if not _RUN_ID.fullmatch(run_id or ''):
         raise ValueError(
-            f'--run_id {run_id!r} must be letters, digits, ".", "_" or "-", starting with a '
+            f'{flag} {run_id!r} must be letters, digits, ".", "_" or "-", starting with a '
             'letter or digit')
     return run_id
 

@@ -13,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.hashing import stable_hash
 from transforms.text import text_key
 from transforms.types import Chunk, Document, Dropped, Rejected
+from transforms.validate import vector_problem
 
 CHUNKS_DIR = 'chunks'
 
@@ -347,7 +348,19 @@ def part_table(rows: Iterable[Mapping], spec: TableSpec) -> pa.Table:
 
 
 def chunk_row(chunk: Chunk) -> dict:
-    """A chunk as a row of the chunks table: its fields named like the columns."""
+    """A chunk as a row of the chunks table: its fields named like the columns.
+
+    The one door of vectors into chunks/ and so into every index built from
+    it (FAISS, the stores `sync` writes).
+
+    Raises:
+      ValueError: Naming the chunk, if its embedding holds a NaN or an
+        infinity or is not of unit length, whatever it came from.
+    """
+    if chunk.embedding is not None:
+        problem = vector_problem(chunk.embedding)
+        if problem:
+            raise ValueError(f'chunk {chunk.chunk_id!r}: its embedding is not indexed: {problem}')
     row = {name: getattr(chunk, name) for name in CHUNK_SCHEMA.names}
     row['represents'] = [{'chunk_id': c, 'doc_id': d} for c, d in chunk.represents]
     return row

@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from transforms.ingest.records import RECENCY_KEYS, parse_timestamp
-from transforms.output.bm25 import bm25_tokenize, build_bm25
 from transforms.validate import check_threshold
 
 SIGNALS = ('dense', 'bm25', 'salience', 'recency')
@@ -36,7 +36,14 @@ class RetrievalConfig:
       candidates: N: the union of the dense top-N and the BM25 top-N is fused
         (default 50).
       min_relevance: Candidates whose dense cosine to the query is below this
-        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore).
+        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore),
+        unless BM25 found them (`floor_exempt_bm25`).
+      floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
+        whatever its cosine (default 5; 0 floors every candidate, as
+        klarRAG). The second hop of a multi-hop question is often far from
+        the question in embedding space and found by BM25 alone; a candidate
+        that neither signal ranks well is still dropped. Measured in
+        docs/results.md ("The relevance floor").
       dedup_threshold: A chunk whose cosine to an already selected chunk is at
         least this is skipped as a duplicate (default 0.90, as at ingestion).
       rrf_k: Reciprocal rank fusion constant (default 60).
@@ -50,6 +57,7 @@ class RetrievalConfig:
 
     candidates: int = 50
     min_relevance: float = 0.25
+    floor_exempt_bm25: int = 5
     dedup_threshold: float = 0.90
     rrf_k: float = RRF_K
     weight_dense: float = 1.0
@@ -62,6 +70,9 @@ class RetrievalConfig:
             raise ValueError(f'candidates must be > 0, got {self.candidates}')
         if not -1.0 <= self.min_relevance <= 1.0:
             raise ValueError(f'min_relevance must be a cosine in [-1, 1], got {self.min_relevance}')
+        if isinstance(self.floor_exempt_bm25, bool) or not isinstance(self.floor_exempt_bm25, numbers.Integral) \
+                or self.floor_exempt_bm25 < 0:
+            raise ValueError(f'floor_exempt_bm25 must be a whole number >= 0, got {self.floor_exempt_bm25!r}')
         check_threshold('dedup_threshold', self.dedup_threshold)
         if not (self.rrf_k > 0 and math.isfinite(self.rrf_k)):
             raise ValueError(f'rrf_k must be a finite number > 0, got {self.rrf_k}')
@@ -74,6 +85,36 @@ class RetrievalConfig:
     def weights(self) -> dict[str, float]:
         """Weight per signal name."""
         return {s: getattr(self, f'weight_{s}') for s in SIGNALS}
+
+
+def check_question(question) -> None:
+    """Refuses a question no ranking can answer, with a clear message.
+
+    Raises:
+      ValueError: if `question` is not a string, is blank or holds a lone
+        surrogate (bytes that were not UTF-8, decoded with surrogateescape,
+        as Python decodes a command line).
+    """
+    if not isinstance(question, str):
+        raise ValueError(f'the question must be text, got {type(question).__name__}')
+    if not question.strip():
+        raise ValueError('the question is empty')
+    bad = next((i for i, c in enumerate(question) if '\ud800' <= c <= '\udfff'), None)
+    if bad is not None:
+        raise ValueError(f'the question is not valid Unicode text: a lone surrogate {question[bad]!r} at '
+                         f'character {bad} (bytes that are not UTF-8?)')
+
+
+def check_k(k, name: str = 'k') -> None:
+    """Refuses a result count that is not a whole number >= 1 (2.5, nan, '3' and True are not).
+
+    Raises:
+      ValueError: naming `name`.
+    """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise ValueError(f'{name} must be a whole number >= 1, got {k!r}')
+    if k < 1:
+        raise ValueError(f'{name} must be >= 1, got {k}')
 
 
 def rank(values: Mapping[str, Optional[float]]) -> dict[str, int]:
@@ -147,8 +188,8 @@ def fuse_candidates(
     Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
     a BM25 score of 0 means no query term occurs, so it makes no lexical
     candidate. Candidates whose cosine to the query is below
-    `config.min_relevance` are dropped; the rest are ranked by each signal and
-    fused.
+    `config.min_relevance` are dropped, unless BM25 ranks them in its top
+    `config.floor_exempt_bm25`; the rest are ranked by each signal and fused.
 
     Args:
       query: The normalized query embedding.
@@ -160,11 +201,12 @@ def fuse_candidates(
       timestamps: Document time per row (POSIX seconds); None is neutral.
       config: Candidates, floor, weights.
     """
-    rows = sorted(set(int(r) for r in dense_rows if r >= 0)
-                  | set(top_n(bm25, config.candidates, min_score=0.0)))
+    rows = sorted(set(int(r) for r in dense_rows if r >= 0) | set(top_n(bm25, config.candidates, min_score=0.0)))
     # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
     cosines = {r: float(embeddings[r] @ query) for r in rows}
-    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance}
+    # What BM25 ranks this high was found by another signal: the floor does not drop it.
+    exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
+    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance or r in exempt}
     rankings = {
         'dense': rank({c: cosines[r] for c, r in by_id.items()}),
         'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
@@ -273,45 +315,7 @@ def bm25_scores(retriever, query_tokens: list[str], n_rows: int) -> np.ndarray:
     return np.asarray(retriever.get_scores(query_tokens), np.float32)
 
 
-# --- the evaluation's retrieval over a filtered chunk set (pipelines/evaluate.py) ---
-
-
-def hybrid_top_k(
-    kept: Sequence, rows: np.ndarray, vectors: np.ndarray, questions: Sequence[str],
-    queries: np.ndarray, k: int, config: RetrievalConfig,
-) -> list[list[int]]:
-    """The query job's ranking over the kept chunks; returns rows of `vectors`.
-
-    BM25 is built over the kept texts, as a filtered build writes it; each
-    question gets the fused, deduplicated top-k (possibly fewer than k, when
-    the relevance floor leaves fewer candidates).
-
-    Args:
-      kept: The kept chunks, in the order of `rows`.
-      rows: Their rows in `vectors`.
-      vectors: Embeddings of all chunks.
-      questions: The questions' texts (they feed BM25).
-      queries: The questions' embeddings.
-      k: Chunks per question.
-      config: Candidates, floor, weights and dedup threshold.
-    """
-    if len(rows) == 0:
-        return [[] for _ in questions]
-    sub = np.ascontiguousarray(vectors[rows], dtype=np.float32)
-    chunk_ids = [c.chunk_id for c in kept]
-    salience = [c.salience for c in kept]
-    timestamps = [document_timestamp(c.metadata) for c in kept]
-    bm25 = build_bm25([c.text for c in kept])
-    dense = exact_top_k(sub, np.arange(len(rows)), queries, config.candidates)
-    out = []
-    for question, query, dense_rows in zip(questions, queries, dense):
-        tokens = bm25_tokenize([question], return_ids=False)[0]
-        scores = bm25_scores(bm25, tokens, len(rows))
-        fused = fuse_candidates(
-            query, dense_rows, scores, sub, chunk_ids, salience, timestamps, config)
-        selected, _ = dedup_ranked([sub[r] for r in fused.rows], config.dedup_threshold, limit=k)
-        out.append([int(rows[fused.rows[i]]) for i in selected])
-    return out
+# --- the evaluation's dense retrieval over a filtered chunk set (pipelines/evaluate.py) ---
 
 
 def exact_top_k(vectors: np.ndarray, rows: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -13,8 +14,8 @@ import numpy as np
 
 from transforms.features.embedding import embed_texts
 from transforms.features.models import load_embedding_model, resolve_model_path
-from transforms.output import snapshots, tables
-from transforms.output.bm25 import BM25_TOKENIZER, BM25_TOKENIZER_FILE, bm25_tokenize, bm25s_module
+from transforms.output import digests, snapshots, tables
+from transforms.output.bm25 import BM25_TOKENIZER, BM25_TOKENIZER_FILE, bm25_tokenize, bm25s_module, build_bm25
 from transforms.query import retrieval
 from transforms.query import where as where_filter
 
@@ -127,8 +128,9 @@ def check_index_dir(index: str) -> dict:
     """Checks that `index` holds a complete local ragsieve index; returns its manifest.
 
     Raises:
-      ValueError: if the directory or one of its files is missing, or the
-        manifest is not JSON of the shape a build writes (`MANIFEST_SHAPE`).
+      ValueError: if the directory or one of its files is missing, the
+        manifest is not JSON of the shape a build writes (`MANIFEST_SHAPE`),
+        or a file is not the one the build wrote (`digests.check_files`).
     """
     if not os.path.isdir(index):
         raise ValueError(f'--index {index!r} is not a directory')
@@ -150,6 +152,7 @@ def check_index_dir(index: str) -> dict:
         raise ValueError(
             f'--index {index!r} is incomplete: missing {tables.BM25_DIR}/ (built before BM25 was '
             'part of the index? rebuild it)')
+    digests.check_files(index, manifest)
     return manifest
 
 
@@ -312,6 +315,63 @@ class Retriever:
             os.path.join(index, tables.DOCUMENTS_DIR),
             lambda p: where_filter.load_metadata_filter(index, self.chunk_ids))
 
+    @classmethod
+    def of_chunks(cls, chunks: Sequence, model, config: retrieval.RetrievalConfig = retrieval.RetrievalConfig(),
+                  vectors: Optional[np.ndarray] = None) -> 'Retriever':
+        """A Retriever over chunks in memory, searched as over the index a build would write of them.
+
+        The evaluation's hybrid retrieval (`pipelines/evaluate.py`): the
+        same `search`/`rank` over the chunks a filter kept, with an exact
+        inner-product index (the build's default `Flat`) and a BM25 index
+        built by the build's own `build_bm25`.
+
+        Args:
+          chunks: `types.Chunk`s with embeddings (or `vectors`), in row order; at least one.
+          model: The model that embedded them (it embeds `search`'s questions;
+            None when only `rank` is called).
+          config: Ranking settings.
+          vectors: Normalized vectors to index, one row per chunk, instead of
+            the chunks' own (e.g. pooled ones).
+
+        Raises:
+          ValueError: for no chunks (BM25 cannot index nothing).
+        """
+        import faiss
+
+        if not len(chunks):
+            raise ValueError('a Retriever over chunks needs at least one chunk')
+        self = cls.__new__(cls)
+        self.config = config
+        self.model = model
+        self.index = '<in memory>'
+        if vectors is None:
+            vectors = np.stack([c.embedding for c in chunks])
+        self.embeddings = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.dim = self.embeddings.shape[1]
+        self.faiss = faiss.IndexFlatIP(self.dim)
+        self.faiss.add(self.embeddings)
+        self.chunk_ids = [c.chunk_id for c in chunks]
+        self.doc_ids = [c.doc_id for c in chunks]
+        self.char_starts = [c.char_start for c in chunks]
+        self.char_ends = [c.char_end for c in chunks]
+        self.texts = [c.text for c in chunks]
+        self.salience = [c.salience for c in chunks]
+        self.timestamps = [retrieval.document_timestamp(c.metadata) for c in chunks]
+        self.bm25 = build_bm25(self.texts)
+        self.bm25_tokenizer = BM25_TOKENIZER
+        metadata = {}
+        for c in chunks:
+            metadata.setdefault(c.doc_id, c.metadata)
+        self._metadata_filter = where_filter.MetadataFilter(
+            self.doc_ids, [c.represents for c in chunks], metadata)
+        return self
+
+    def with_config(self, config: retrieval.RetrievalConfig) -> 'Retriever':
+        """This Retriever ranking with other settings; the index in memory is shared, not copied."""
+        other = copy.copy(self)
+        other.config = config
+        return other
+
     def metadata_filter(self) -> where_filter.MetadataFilter:
         """The index's metadata filter (own and represented documents' metadata)."""
         return self._metadata_filter
@@ -328,18 +388,32 @@ class Retriever:
             dense and BM25 searches.
 
         Raises:
-          ValueError: if the question is empty, k < 1 or `where` is malformed.
+          ValueError: if the question is empty or not text, k is not a whole
+            number >= 1 or `where` is malformed.
         """
-        if not question or not question.strip():
-            raise ValueError('the question is empty')
-        if k < 1:
-            raise ValueError(f'k must be >= 1, got {k}')
-        cfg = self.config
-        seconds = {}
+        retrieval.check_question(question)
+        retrieval.check_k(k)
         started = time.perf_counter()
         query = embed_texts(self.model, [question])[0]
-        seconds['embed'] = time.perf_counter() - started
+        return self.rank(question, query, k, where, {'embed': time.perf_counter() - started})
 
+    def rank(self, question: str, query: np.ndarray, k: int = 5, where: Optional[dict] = None,
+             seconds: Optional[dict] = None) -> SearchResult:
+        """`search` for a question already embedded (by this Retriever's model), e.g. in a batch.
+
+        Args:
+          question: The question (BM25 reads it).
+          query: Its normalized embedding.
+          k, where: As for `search`.
+          seconds: Wall times measured so far, added to the result's.
+
+        Raises:
+          ValueError: As `search`.
+        """
+        retrieval.check_question(question)
+        retrieval.check_k(k)
+        cfg = self.config
+        seconds = dict(seconds or {})
         started = time.perf_counter()
         n = len(self.chunk_ids)
         dense_rows: Sequence[int] = []

@@ -57,8 +57,12 @@ def normalize_where(where: Optional[Where]) -> dict[str, frozenset[str]]:
     """`{key: value or list of values}` -> `{key: frozenset of value texts}`.
 
     Raises:
-      ValueError: For an empty key or a key with no values.
+      ValueError: For a `where` that is not a mapping, an empty key or a key with no values.
     """
+    if where is not None and not isinstance(where, Mapping):
+        shown = repr(where) if len(repr(where)) <= 60 else repr(where)[:57] + '...'
+        raise ValueError(f'where must be a mapping {{key: value or [values]}} (e.g. {{"tenant": "a"}}), '
+                         f'got {type(where).__name__} {shown}')
     out = {}
     for key, values in (where or {}).items():
         if not isinstance(key, str) or not key:

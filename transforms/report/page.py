@@ -6,7 +6,9 @@ rejected records by reason, per filter a sample of dropped chunks beside
 their keeper with the differing words marked, deltas beside their keeper,
 the time per stage and the settings. Made from manifest.json, diff.json and
 bounded samples of the tables (`samples`), so the same run gives the same
-bytes and a run of any size a page of bounded size.
+bytes and a run of any size a page of bounded size: every id, source and
+value is cut to SHOWN_CHARS and every text to TEXT_CHARS (`shown`), and
+bidi controls are shown as code points, so that no name reorders the page.
 """
 
 from __future__ import annotations
@@ -44,12 +46,35 @@ table { border-collapse: collapse; margin: 8px 0 } td, th { padding: 3px 10px; b
   font-size: 13px; overflow-wrap: anywhere }
 .pair .head { font-size: 12px; color: #555; white-space: normal; margin-bottom: 4px }
 mark { background: #ffe08a } .bar { fill: #4a78c2 } .label, .value { font-size: 12px; fill: #333 }
-code { background: #f3f3f3; padding: 0 3px } .muted { color: #666 }
+code { background: #f3f3f3; padding: 0 3px; overflow-wrap: anywhere; unicode-bidi: isolate } .muted { color: #666 }
+td, .pair > div, h1, h3 { unicode-bidi: isolate } td { overflow-wrap: anywhere }
 """
 
 
-def _e(value) -> str:
-    return escape('' if value is None else str(value))
+# Ids, sources, details and settings are cut to this many characters, texts beside their keeper to TEXT_CHARS,
+# the last an ellipsis: a 100,000-character id costs the page 300 characters, not 200 KB.
+SHOWN_CHARS = 300
+TEXT_CHARS = 3000
+ELLIPSIS = '\u2026'
+# Characters that reorder what follows them (bidi embeddings, overrides, isolates, marks): in a file
+# name (`invoice\u202etxt.exe.md`) they would reverse it and the page after it. Shown as their code points.
+BIDI_CONTROLS = frozenset('\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069')
+
+
+def shown(value, limit: Optional[int] = SHOWN_CHARS) -> str:
+    """A value as the page shows it, before escaping: cut to `limit` characters (None: whole), bidi controls visible.
+
+    Each bidi control becomes `[U+202E]`, text that reorders nothing.
+    """
+    text = '' if value is None else str(value)
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 1] + ELLIPSIS
+    return ''.join(f'[U+{ord(c):04X}]' if c in BIDI_CONTROLS else c for c in text)
+
+
+def _e(value, limit: Optional[int] = SHOWN_CHARS) -> str:
+    """A value escaped for the page, in text or in an attribute (`shown`)."""
+    return escape(shown(value, limit))
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
@@ -164,15 +189,16 @@ def rejected_section(manifest: dict, examples: dict[str, list[dict]]) -> str:
 
 
 def _marked(pieces: list[tuple[str, bool]]) -> str:
-    return ''.join(f'<mark>{_e(t)}</mark>' if differs else _e(t) for t, differs in pieces)
+    return ''.join(f'<mark>{_e(t, None)}</mark>' if differs else _e(t, None) for t, differs in pieces)
 
 
 def pair(left_head: str, left: str, right_head: str, right: Optional[str]) -> str:
-    """Two texts side by side, the differing words marked; a missing right side is said so."""
+    """Two texts side by side, each cut to TEXT_CHARS, the differing words marked; a missing right side is said so."""
+    left = shown(left, TEXT_CHARS)
     if right is None:
-        return (f'<div class="pair"><div><div class="head">{left_head}</div>{_e(left)}</div>'
+        return (f'<div class="pair"><div><div class="head">{left_head}</div>{_e(left, None)}</div>'
                 f'<div><div class="head">{right_head}</div><span class="muted">(no keeper)</span></div></div>')
-    a, b = word_diff(left, right)
+    a, b = word_diff(left, shown(right, TEXT_CHARS))
     return (f'<div class="pair"><div><div class="head">{left_head}</div>{_marked(a)}</div>'
             f'<div><div class="head">{right_head}</div>{_marked(b)}</div></div>')
 

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 
 from transforms.output import publish, tables
+from transforms.output.digests import check_files
 from transforms.sync import rows
 from transforms.sync.store import Store
 
@@ -136,6 +137,7 @@ def sync_run(store: Store, index_dir: str, verify: bool = False, deep: bool = Fa
     started = time.perf_counter()
     deep = deep or verify
     run = rows.Run.of(index_dir)
+    check_files(index_dir)  # the run holds the files its build wrote
     store.prepare(run.dim)
     publish.checkpoint('sync_prepared')
     held = store_hashes(store, batch_rows, deep)

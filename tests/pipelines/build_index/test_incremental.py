@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import build_index, build_manifest
-from tests.helpers import REPO
+from tests.helpers import REPO, flip_pages, rewrite_values
 from transforms.features import cache as feature_cache
 from transforms.output import publish, snapshots, tables
 from transforms.query.retriever import Retriever, check_index_dir
@@ -155,3 +155,24 @@ def test_semantic_rebuild_reuses_spans_and_embeds_nothing(corpus_dir, tmp_path):
     assert second['counts']['chunks_embedded'] == 0
     assert data_files(tmp_path / 'root' / 'runs' / first['run_id']) == data_files(
         tmp_path / 'root' / 'runs' / second['run_id'])
+
+
+def test_a_damaged_cache_costs_time_never_a_wrong_value(corpus_dir, tmp_path, caplog):
+    corpus, _ = corpus_dir
+    cache = tmp_path / 'cache'
+    build(corpus, tmp_path / 'warm', '--cache', str(cache))
+    # Wrong values in a part that still decodes (the checksums as written), and pages that no longer decode.
+    [embeddings] = cache.glob('embedding/*/*/part-*.parquet')
+    keys = iter(range(3))
+    garbage = [lambda v: [-x for x in v], lambda v: [float('nan')] * len(v), lambda v: [x * 1e31 for x in v]]
+    rewrite_values(embeddings, lambda k, v: next((garbage[i](v) for i in keys), v))
+    [spans] = cache.glob('spans/*/*/part-*.parquet')
+    flip_pages(spans)
+
+    with caplog.at_level('WARNING', logger='ragsieve.cache'):
+        again = build(corpus, tmp_path / 'warm', '--cache', str(cache))
+    damaged = [r.getMessage() for r in caplog.records if 'is damaged' in r.getMessage()]
+    assert len(damaged) == 2 and str(embeddings) in damaged[0] + damaged[1] and str(spans) in damaged[0] + damaged[1]
+    assert again['cache']['features']['embedding']['damaged'] == 3 and again['cache']['features']['spans']['damaged']
+    build(corpus, tmp_path / 'cold', '--cache', feature_cache.NO_CACHE)
+    assert data_files(tmp_path / 'warm') == data_files(tmp_path / 'cold')

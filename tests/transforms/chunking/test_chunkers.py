@@ -5,6 +5,7 @@ import pytest
 from tests.helpers import ORBITS, PASTA
 from transforms.chunking.chunkers import (
     MAX_CHARS_PER_TOKEN,
+    MAX_CHUNK_SIZE,
     ChunkerConfig,
     TokenIndex,
     bound_spans,
@@ -102,6 +103,10 @@ def test_bad_sizes_are_rejected():
         split_fixed('a b', TokenIndex([(0, 1), (2, 3)]), 2, -1)
     with pytest.raises(ValueError, match='chunk_size'):
         split_recursive('a b', TokenIndex([(0, 1), (2, 3)]), -5, 0)
+    for name in ('fixed', 'cluster_semantic'):
+        assert ChunkerConfig(name, MAX_CHUNK_SIZE).chunk_size == 8192
+        with pytest.raises(ValueError, match=r'chunk_size must be <= 8192 tokens, got 1000000000'):
+            ChunkerConfig(name, 10**9)
 
 
 def test_token_index_counts_overlapping_tokens():

@@ -139,6 +139,28 @@ def test_cluster_band_equals_dense_matrix():
     assert all(tokens.count(s, e) <= 30 for s, e in spans)
 
 
+def test_cluster_memory_does_not_grow_with_the_run_limit():
+    # 3,000 pieces in one allowed run: a band or dense matrix of scores would take 72 MB.
+    import tracemalloc
+
+    n = 3000
+    text = ' '.join(f'w{i}.' for i in range(n))
+    tokens = word_tokens(text)
+    pieces = piece_spans(text, tokens, 1)
+    vectors = unit_rows(np.random.default_rng(2).normal(size=(n, 8)))
+    tracemalloc.start()
+    spans = cluster_semantic_spans(text, tokens, pieces, vectors, max_size=10**9)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2 * 10**6, peak  # the embeddings and a run's partial sums, a few hundred KB
+    first = first_allowed_starts(tokens, pieces, 10**9)
+    small = 200  # the same program on the dense matrix, on a prefix small enough to hold
+    dense = optimal_segmentation(centre_similarity(vectors[:small] @ vectors[:small].T), first[:small])
+    assert cluster_semantic_spans(text, tokens, pieces[:small], vectors[:small], max_size=10**9) == [
+        (pieces[j][0], pieces[i][1]) for j, i in dense]
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+
+
 def test_cluster_keeps_single_oversize_piece():
     text = 'alpha beta gamma delta. epsilon zeta.'
     tokens = word_tokens(text)

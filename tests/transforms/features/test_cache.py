@@ -10,11 +10,11 @@ import os
 
 import apache_beam as beam
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.helpers import flip_pages, rewrite_values
 from transforms.features import cache as feature_cache
 from transforms.features.cache import CacheRun
 from transforms.features.cache_settings import CacheSpec
@@ -27,8 +27,13 @@ def chunk(doc_id, index, text):
     return Chunk(f'{doc_id}#{index}', doc_id, index, text, 0, len(text), 3, 'h')
 
 
+def unit_vector(seed, dim=384):
+    v = np.random.default_rng(seed).standard_normal(dim)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
 @pytest.mark.parametrize('feature, values', [
-    ('embedding', [np.random.default_rng(0).standard_normal(384).astype(np.float32) for _ in range(2)]),
+    ('embedding', [unit_vector(0), unit_vector(1)]),
     ('minhash', [np.array([2**64 - 1, 0, 12345], np.uint64), np.array([1, 2, 3], np.uint64)]),
     ('entities', [('GPE:london', 'PERSON:ada lovelace'), ()]),
     ('spans', [((0, 120, 31), (100, 260, 40)), ()]),
@@ -37,7 +42,7 @@ def test_entries_round_trip_bit_exact(tmp_path, feature, values):
     entries = [('k2', values[1]), ('k1', values[0]), ('k2', values[1])]
     path = str(tmp_path / 'entries.parquet')
     write_table(feature_cache.entries_table(feature, entries), path)
-    back = list(feature_cache.table_entries(pq.read_table(path)))
+    back = list(feature_cache.verified_entries(path, feature))
     assert [k for k, _ in back] == ['k1', 'k2']  # sorted, one row per key
     for (_, value), expected in zip(back, values):
         if feature == 'spans':
@@ -79,7 +84,7 @@ def test_open_reads_the_newest_complete_generation_and_prune_keeps_only_its_own(
         [f'{spec.directory(str(tmp_path))}/g4'], [])
 
 
-def test_generations_are_sharded_by_key_and_older_single_files_still_read(tmp_path):
+def test_generations_are_sharded_by_key_and_older_unverifiable_ones_are_not_read(tmp_path):
     spec = CacheSpec('minhash', {'num_perm': 4})
     entries = [(f'k{i}', np.arange(i, i + 4, dtype=np.uint64)) for i in range(30)]
     run = write_generation(tmp_path, spec, 'g1', entries + entries[:5], num_shards=3)
@@ -89,12 +94,14 @@ def test_generations_are_sharded_by_key_and_older_single_files_still_read(tmp_pa
     back = feature_cache.read_entries(str(generation), 'minhash')
     assert sorted(back) == sorted(k for k, _ in entries)
     assert all(back[k].tobytes() == v.tobytes() for k, v in entries)
-    # A generation written before entries were sharded: one entries.parquet.
-    legacy = tmp_path / 'legacy'
-    legacy.mkdir()
-    write_table(feature_cache.entries_table('minhash', entries), str(legacy / 'entries.parquet'))
-    assert feature_cache.read_entries(str(legacy), 'minhash').keys() == back.keys()
     assert run.read_from == {}
+    # A generation written before entries carried checksums: it cannot be verified, so it is not read.
+    old = tmp_path / 'minhash' / spec.settings_id / 'g0'
+    old.mkdir()
+    write_table(feature_cache.entries_table('minhash', entries).drop(['check']),
+                str(old / 'part-00000-of-00001.parquet'))
+    (old / 'COMPLETE').write_bytes(b'')
+    assert "has no column(s) ['check']" in feature_cache.generation_problem(str(old))
 
 
 def test_delete_incomplete_removes_only_killed_generations(tmp_path):
@@ -110,7 +117,7 @@ def test_delete_incomplete_removes_only_killed_generations(tmp_path):
 def test_join_attaches_cached_features_by_exact_text(tmp_path):
     embedding = CacheSpec('embedding', {'model': 'x'})
     entities = CacheSpec('entities', {'model': 'y'})
-    vector = np.arange(3, dtype=np.float32)
+    vector = np.array([0.6, 0.8, 0.0], dtype=np.float32)
     write_generation(tmp_path, embedding, 'g1', [(text_key('cached text'), vector)])
     run = CacheRun.open(str(tmp_path), [embedding, entities], 'g2')  # no entities cached yet
     chunks = [chunk('a', 0, 'cached text'), chunk('b', 3, 'cached text'), chunk('a', 1, 'new text')]
@@ -121,7 +128,7 @@ def test_join_attaches_cached_features_by_exact_text(tmp_path):
     with TestPipeline() as p:
         out = p | beam.Create(chunks) | feature_cache.JoinCachedFeatures(run)
         assert_that(out | beam.Map(summary), equal_to([
-            ('a#0', [0.0, 1.0, 2.0], None), ('b#3', [0.0, 1.0, 2.0], None), ('a#1', None, None)]))
+            ('a#0', vector.tolist(), None), ('b#3', vector.tolist(), None), ('a#1', None, None)]))
 
 
 def test_a_damaged_generation_is_passed_over_for_the_newest_readable_one(tmp_path, caplog):
@@ -140,3 +147,56 @@ def test_a_damaged_generation_is_passed_over_for_the_newest_readable_one(tmp_pat
     for name in ('part-00000-of-00002.parquet', 'part-00001-of-00002.parquet'):
         os.remove(f'{directory}/g1/{name}')
     assert CacheRun.open(str(tmp_path), [spec], 'g3').read_from == {'entities': None}
+
+
+def test_entries_whose_checksum_fails_are_misses_with_one_warning_naming_the_part(tmp_path, caplog):
+    spec = CacheSpec('embedding', {'model': 'x'})
+    entries = [(f'k{i}', unit_vector(i, 8)) for i in range(10)]
+    write_generation(tmp_path, spec, 'g1', entries, num_shards=1)
+    part = f'{spec.directory(str(tmp_path))}/g1/part-00000-of-00001.parquet'
+    garbage = {'k1': lambda v: [-x for x in v], 'k2': lambda v: [float('nan')] * len(v),
+               'k3': lambda v: [x * 1e31 for x in v]}
+    rewrite_values(part, lambda k, v: garbage[k](v) if k in garbage else v)
+    with caplog.at_level(logging.WARNING):
+        back = dict(feature_cache.verified_entries(part, 'embedding'))
+    assert sorted(back) == sorted(k for k, _ in entries if k not in garbage)
+    assert all(np.asarray(back[k], np.float32).tobytes() == v.tobytes() for k, v in entries if k in back)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert part in warning and '3 entries fail their check' in warning and 'checksum mismatch' in warning
+
+
+def test_an_implausible_embedding_is_not_used_even_with_a_valid_checksum(tmp_path):
+    # Written so by a run that computed it (a broken kernel): the checksum holds, the vector does not.
+    spec = CacheSpec('embedding', {'model': 'x'})
+    write_generation(tmp_path, spec, 'g1', [('nan', np.full(4, np.nan, np.float32)),
+                                             ('long', np.full(4, 1e15, np.float32)), ('ok', unit_vector(0, 4))])
+    assert feature_cache.read_entries(f'{spec.directory(str(tmp_path))}/g1', 'embedding').keys() == {'ok'}
+
+
+def test_pages_that_no_longer_decode_cost_their_entries_not_the_read(tmp_path, caplog):
+    spec = CacheSpec('spans', {'chunker': 'x'})
+    rng = np.random.default_rng(0)
+    entries = [(f'k{i:03d}', tuple((int(a), int(a) + 50, 9) for a in rng.integers(0, 10**6, 40))) for i in range(300)]
+    write_generation(tmp_path, spec, 'g1', entries, num_shards=1)
+    part = f'{spec.directory(str(tmp_path))}/g1/part-00000-of-00001.parquet'
+    flip_pages(part)
+    assert feature_cache.generation_problem(os.path.dirname(part)) is None  # the footer still reads
+    with caplog.at_level(logging.WARNING):
+        back = feature_cache.read_entries(os.path.dirname(part), 'spans')
+    expected = dict(entries)
+    assert len(back) < len(entries) and all(expected[k] == v for k, v in back.items())
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f'feature cache part {part} is damaged')
+
+
+def test_the_join_treats_a_damaged_entry_as_a_miss(tmp_path):
+    spec = CacheSpec('embedding', {'model': 'x'})
+    good, bad = np.array([0.6, 0.8, 0.0], np.float32), np.array([0.0, 0.6, 0.8], np.float32)
+    write_generation(tmp_path, spec, 'g1', [(text_key('good'), good), (text_key('bad'), bad)], num_shards=1)
+    rewrite_values(f'{spec.directory(str(tmp_path))}/g1/part-00000-of-00001.parquet',
+                   lambda k, v: [0.0, 0.0, 1.0] if k == text_key('bad') else v)
+    run = CacheRun.open(str(tmp_path), [spec], 'g2')
+    with TestPipeline() as p:
+        out = p | beam.Create([chunk('a', 0, 'good'), chunk('a', 1, 'bad')]) | feature_cache.JoinCachedFeatures(run)
+        assert_that(out | beam.Map(lambda c: (c.chunk_id, None if c.embedding is None else c.embedding.tolist())),
+                    equal_to([('a#0', good.tolist()), ('a#1', None)]))

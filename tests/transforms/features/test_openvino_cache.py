@@ -13,6 +13,7 @@ import pytest
 from tests.helpers import REPO, TEXTS
 from tests.transforms.features.test_precision import needs_bf16
 from transforms.features import openvino_cache
+from transforms.features.precision import QualityCheck
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
@@ -22,24 +23,59 @@ def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(openvino_cache.ENV, 'none')
     assert openvino_cache.root() is None
     openvino_cache.remember_check('k', {'min_cosine': 1.0})
-    assert openvino_cache.remembered_check('k', ['min_cosine']) is None
+    assert openvino_cache.remembered_check('k', QualityCheck.from_json) is None
+
+
+CHECK = {'precision': 'bf16', 'sample': 3, 'min_cosine': 0.9999, 'mean_cosine': 0.99995, 'remembered': False}
 
 
 def test_a_check_is_remembered_whole_and_a_damaged_one_is_redone(caplog):
-    check = {'precision': 'bf16', 'sample': 3, 'min_cosine': 0.9999, 'mean_cosine': 0.99995, 'remembered': False}
-    assert openvino_cache.remembered_check('k', list(check)) is None
-    openvino_cache.remember_check('k', check)
-    assert openvino_cache.remembered_check('k', list(check)) == check
+    read = QualityCheck.from_json
+    assert openvino_cache.remembered_check('k', read) is None
+    openvino_cache.remember_check('k', CHECK)
+    assert openvino_cache.remembered_check('k', read) == QualityCheck(**CHECK)
     folder = openvino_cache.root() / 'checks'
     assert sorted(p.name for p in folder.iterdir()) == ['k']  # nothing left aside
     # Fields of another version are not read as this one's.
-    assert openvino_cache.remembered_check('k', [*check, 'max_cosine']) is None
+    assert openvino_cache.remembered_check('k', lambda values: QualityCheck.from_json({**values, 'x': 1})) is None
     (folder / 'k' / 'check.json').write_text('{"precision": "bf')  # a torn write of some other tool
     with caplog.at_level(logging.WARNING):
-        assert openvino_cache.remembered_check('k', list(check)) is None
+        assert openvino_cache.remembered_check('k', read) is None
     assert 'checking the precision again' in caplog.text
-    openvino_cache.remember_check('k', check)
-    assert openvino_cache.remembered_check('k', list(check)) == check
+    openvino_cache.remember_check('k', CHECK)
+    assert openvino_cache.remembered_check('k', read) == QualityCheck(**CHECK)
+
+
+def test_an_edited_check_is_a_damaged_entry_not_a_verdict_on_bf16(caplog):
+    openvino_cache.remember_check('k', CHECK)
+    path = openvino_cache.root() / 'checks' / 'k' / 'check.json'
+    stored = json.loads(path.read_text())
+    stored['check']['min_cosine'] = 0.2  # would refuse every bf16 build, blaming bf16
+    path.write_text(json.dumps(stored))
+    with caplog.at_level(logging.WARNING):
+        assert openvino_cache.remembered_check('k', QualityCheck.from_json) is None
+    assert 'its checksum does not match: edited or damaged' in caplog.text
+    # Another key's check copied here fails the checksum too (the key is in it).
+    openvino_cache.remember_check('other', CHECK)
+    path.write_text((openvino_cache.root() / 'checks' / 'other' / 'check.json').read_text())
+    assert openvino_cache.remembered_check('k', QualityCheck.from_json) is None
+
+
+@pytest.mark.parametrize('field,value', [
+    ('min_cosine', 'high'), ('min_cosine', float('nan')), ('min_cosine', True), ('mean_cosine', 2.0),
+    ('sample', 2.5), ('sample', 0), ('precision', 'fp32'), ('remembered', 'yes'), ('min_cosine', 0.99999),
+])
+def test_a_check_whose_values_are_not_numbers_of_their_range_is_refused(field, value):
+    with pytest.raises(ValueError):
+        QualityCheck.from_json({**CHECK, field: value})
+    # Even stored with a valid checksum, it is a miss.
+    openvino_cache.remember_check('k', {**CHECK, field: value})
+    assert openvino_cache.remembered_check('k', QualityCheck.from_json) is None
+
+
+def test_a_failing_remembered_check_says_it_was_remembered():
+    with pytest.raises(ValueError, match=r'as an earlier build on this machine measured it.*RAGSIEVE_OPENVINO_CACHE'):
+        QualityCheck(**{**CHECK, 'min_cosine': 0.5, 'remembered': True}).enforce()
 
 
 def test_an_entry_written_meanwhile_by_another_process_is_kept_and_a_killed_ones_leftover_removed():

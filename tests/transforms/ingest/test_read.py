@@ -3,13 +3,16 @@
 import dataclasses
 import json
 import os
+import re
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.helpers import GOOD, make_pdf, outcome, read_all, write_jsonl
+from tests.helpers import GOOD, make_pdf, outcome, read_all, write_jsonl, zip_bomb_docx
 from transforms.ingest import formats, read
 from transforms.ingest.formats import pdf
 from transforms.ingest.reasons import (
@@ -82,6 +85,27 @@ def test_file_over_its_format_limit_is_rejected_unparsed(tmp_path):
     [rejected] = read.read_file(str(tmp_path / 'big.pdf'), str(tmp_path), max_file_bytes=limits)
     assert (rejected.reason, rejected.doc_id) == (formats.FILE_TOO_LARGE, 'big.pdf')
     assert 'pdf limit of 100 bytes' in rejected.detail
+
+
+def test_a_zip_bomb_is_refused_by_its_inflated_size_before_anything_inflates(tmp_path, monkeypatch):
+    (tmp_path / 'bomb.docx').write_bytes(zip_bomb_docx(60 * 10**6))  # ~60 KB that inflate to 60 MB
+    assert (tmp_path / 'bomb.docx').stat().st_size < 10**6
+    def inflate(*args):
+        raise AssertionError('python-docx opened the bomb')
+
+    monkeypatch.setattr('docx.Document', inflate)  # never reached: the central directory tells
+    [rejected] = read_all(tmp_path / 'bomb.docx')
+    assert (rejected.reason, rejected.doc_id) == (formats.FILE_TOO_LARGE, 'bomb.docx')
+    assert re.search(r'inflate to 60\d{6}, over the docx limit of 50000000 bytes', rejected.detail)
+
+
+def test_a_parquet_file_is_refused_by_the_size_its_footer_declares(tmp_path):
+    pq.write_table(pa.table({'id': ['a'], 'text': ['x' * 100_000]}), tmp_path / 'rows.parquet', compression='zstd')
+    assert (tmp_path / 'rows.parquet').stat().st_size < 2_000
+    [rejected] = read_all(tmp_path / 'rows.parquet', max_file_bytes=formats.resolve_limits('parquet=50KB'))
+    assert rejected.reason == formats.FILE_TOO_LARGE and 'over the parquet limit of 50000 bytes' in rejected.detail
+    [document] = read_all(tmp_path / 'rows.parquet')
+    assert document.doc_id == 'a'
 
 
 def test_extractor_crash_becomes_a_rejected_row():
@@ -231,3 +255,24 @@ def test_file_name_that_is_not_utf8_is_rejected_with_a_storable_source(tmp_path)
     (tmp_path / name).write_text('text')
     [record] = read_all(tmp_path / name)
     assert record.reason == INVALID_UNICODE and record.source.endswith('bad\\xff.txt')
+
+
+def test_a_file_name_that_is_not_utf8_costs_that_file_only_in_a_pipeline(tmp_path):
+    # Beam's string coder cannot carry such a name: the listing travels as bytes.
+    (tmp_path / 'good.txt').write_text('A good document.')
+    (tmp_path / os.fsdecode(b'bad\xff.txt')).write_text('text')
+    with TestPipeline() as p:
+        out = p | read.ReadDocuments(str(tmp_path))
+        ids = out['documents'] | 'Ids' >> beam.Map(lambda d: d.doc_id)
+        rejected = out['rejected'] | 'Reasons' >> beam.Map(lambda r: (r.source[len(str(tmp_path)) + 1 :], r.reason))
+        assert_that(ids, equal_to(['good.txt']), label='CheckDocuments')
+        assert_that(rejected, equal_to([('bad\\xff.txt', INVALID_UNICODE)]), label='CheckRejected')
+
+
+def test_a_file_named_like_a_line_of_another_has_a_source_of_its_own(tmp_path):
+    write_jsonl(tmp_path / 'c.jsonl', [json.dumps(GOOD)])
+    (tmp_path / 'c.jsonl:1').write_text('a file of no supported type, named like line 1 of c.jsonl')
+    [line] = read_all(tmp_path / 'c.jsonl')
+    [named] = read_all(tmp_path / 'c.jsonl:1')
+    assert line.source == f'{tmp_path}/c.jsonl:1'
+    assert (named.source, named.reason) == (f'{tmp_path}/c.jsonl\\x3a1', UNSUPPORTED_TYPE)

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from tests.helpers import SPEC, rows
+from tests.helpers import SPEC, make, rows
 from transforms.output import tables
 from transforms.output.writers import write_parts
 
@@ -58,3 +58,11 @@ def test_table_problem_names_what_cannot_be_read_from_the_footers(tmp_path):
         part.unlink()
     assert tables.table_problem(str(directory)) == f'{directory} holds no part-*.parquet files'
     assert tables.table_problem(str(tmp_path / 'nothing')) == f'{tmp_path / "nothing"} is missing'
+
+
+@pytest.mark.parametrize('embedding', [[float('nan'), 0.0], [3e15, 4e15]])
+def test_no_vector_enters_chunks_that_is_not_a_finite_unit_vector(embedding):
+    chunk = make('doc', 0, 'text', embedding=embedding)
+    with pytest.raises(ValueError, match=r"chunk 'doc#0': its embedding is not indexed: "):
+        tables.chunk_row(chunk)
+    assert tables.chunk_row(make('doc', 0, 'text', embedding=[0.6, 0.8]))['embedding'].tolist() == pytest.approx([0.6, 0.8])

@@ -1,4 +1,4 @@
-"""Pure query-time ranking: ranks, reciprocal rank fusion, dedup, timestamps, exact and hybrid top-k."""
+"""Pure query-time ranking: ranks, reciprocal rank fusion, dedup, timestamps, exact top-k."""
 
 import json
 
@@ -85,6 +85,8 @@ def test_top_n_ties_by_row_and_min_score():
     ({'dedup_threshold': 0.0}, 'dedup_threshold'),
     ({'rrf_k': 0}, 'rrf_k'),
     ({'weight_bm25': -1.0}, 'weight_bm25'),
+    ({'floor_exempt_bm25': -1}, 'floor_exempt_bm25 must be a whole number >= 0'),
+    ({'floor_exempt_bm25': 2.5}, 'floor_exempt_bm25 must be a whole number >= 0'),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -109,19 +111,18 @@ def test_exact_top_k_is_exact_among_kept_rows():
     assert retrieval.exact_top_k(vectors, np.array([], dtype=int), query, 5) == [[]]
 
 
-def test_hybrid_top_k_dedups_and_respects_kept_rows(embedding_model):
-    
-    from transforms.evaluation.datasets import Question
+def test_the_floor_spares_candidates_bm25_ranks_in_its_top_n():
+    # Row 0: close to the query, no query term. Rows 1-2: far from it (cosine < 0.25), BM25 matches.
+    embeddings = np.stack([unit(1, 0, 0), unit(0.1, 1, 0), unit(0.05, 0, 1)])
+    query = unit(1, 0, 0)
+    bm25 = np.array([0.0, 3.0, 1.0], np.float32)
+    ids = ['near', 'lexical-first', 'lexical-second']
 
-    texts = ['Saturn has rings of ice and rock.', 'Saturn has rings of ice and rock!',
-             'Pasta is cooked in salted water.', 'Jupiter is the largest planet.']
-    vectors = embedding_model.encode(texts, normalize_embeddings=True)
-    chunks = [_chunk('d', i, t, v) for i, (t, v) in enumerate(zip(texts, vectors))]
-    question = Question('What are the rings of Saturn made of?', 'd', ((0, 10),))
-    query = embedding_model.encode([question.question], normalize_embeddings=True)
-    config = retrieval.RetrievalConfig(min_relevance=-1.0)
-    [hits] = retrieval.hybrid_top_k(chunks, np.arange(4), vectors, [question.question], query, 3, config)
-    assert hits[0] in (0, 1) and not {0, 1} <= set(hits)  # the near-copy is skipped
-    assert len(hits) == 3
-    [hits] = retrieval.hybrid_top_k(chunks[2:], np.array([2, 3]), vectors, [question.question], query, 3, config)
-    assert set(hits) <= {2, 3}
+    def fused(**kwargs):
+        config = retrieval.RetrievalConfig(**kwargs)
+        return sorted(ids[r] for r in retrieval.fuse_candidates(
+            query, [0, 1, 2], bm25, embeddings, ids, [None] * 3, [None] * 3, config).rows)
+
+    assert fused() == ['lexical-first', 'lexical-second', 'near']  # BM25's top 5 is exempt
+    assert fused(floor_exempt_bm25=1) == ['lexical-first', 'near']
+    assert fused(floor_exempt_bm25=0) == ['near']  # klarRAG: the floor on every candidate

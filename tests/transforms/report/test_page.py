@@ -78,6 +78,42 @@ def test_texts_are_escaped_and_differing_words_marked():
     assert funnel(html)['filter:0:minhash'] == 1
 
 
+def minimal_manifest(**counts):
+    base = {'files': 1, 'documents_read': 1, 'documents_indexed': 1, 'chunks_before_filters': 1, 'chunks': 1,
+            'deltas': 0, 'dropped': 0, 'rejected': 0, 'rejected_by_reason': {}, 'dropped_by_reason': {}}
+    return {'run_id': 'r1', 'counts': {**base, **counts}, 'filters': [], 'config': {}, 'seconds': {}}
+
+
+def test_bidi_controls_are_shown_not_obeyed():
+    name = 'docs/invoice\u202etxt.exe.md'
+    manifest = minimal_manifest(rejected=1, rejected_by_reason={'unsupported_type': 1})
+    sampled = {'rejected': {'unsupported_type': [{'source': name, 'detail': 'odd \u2066name\u2069'}]},
+               'dropped': {}, 'deltas': [], 'keepers': {}}
+    html = page.render(manifest, None, sampled)
+    assert not set(html) & page.BIDI_CONTROLS
+    assert 'docs/invoice[U+202E]txt.exe.md' in html and 'odd [U+2066]name[U+2069]' in html
+
+
+def test_ids_and_texts_are_bounded_with_an_ellipsis():
+    long_id = 'x' * 100_000
+    diff = {'previous_run': None,
+            'documents': {'before': 0, 'after': 2, 'added': {'count': 2, 'ids': [long_id, long_id + 'y']},
+                          'removed': {'count': 0, 'ids': []}, 'changed': {'count': 0, 'ids': []}},
+            'chunks': {'before': 0, 'after': 2, 'added': {'count': 0, 'ids': []}, 'removed': {'count': 0, 'ids': []}},
+            'kept': {'before': 0, 'after': 1, 'newly_dropped': {'count': 0, 'ids': []},
+                     'newly_kept': {'count': 0, 'ids': []}}}
+    manifest = minimal_manifest(dropped=1, dropped_by_reason={'exact': 1})
+    text = 'word ' * 20_000
+    sampled = {'rejected': {}, 'deltas': [], 'keepers': {'d#0': text},
+               'dropped': {'exact': [{'chunk_id': long_id, 'doc_id': 'd', 'text': text, 'duplicate_of': 'd#0',
+                                      'score': None}]}}
+    html = page.render(manifest, diff, sampled)
+    assert len(html) < 30_000, len(html)
+    assert html.count('x' * (page.SHOWN_CHARS - 1) + '\u2026') == 3  # both ids in the diff, the dropped chunk's
+    assert 'x' * page.SHOWN_CHARS not in html
+    assert html.count('word ' * 10) and ('word ' * (page.TEXT_CHARS // 5 + 1)) not in html
+
+
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match='not a complete ragsieve run'):
         page.write_report(str(tmp_path))

@@ -17,6 +17,7 @@ from transforms.ingest.formats.base import (
     Format,
     file_hash,
     format_size,
+    parquet_inflated_size,
     parse_size,
 )
 
@@ -30,9 +31,11 @@ TEXT = Format(
 JSONL = Format(
     name='jsonl', suffixes=('.jsonl',), max_bytes=None,
     extracts='one document per line: `id`, `text`', metadata='the record\'s `metadata` object')
+# Parquet is compressed: its limit bounds the file and the column data its footer declares once inflated.
 PARQUET = Format(
-    name='parquet', suffixes=('.parquet',), max_bytes=None,
-    extracts='one document per row: `id`, `text` columns', metadata='the row\'s `metadata` (object or JSON text)')
+    name='parquet', suffixes=('.parquet',), max_bytes=2 * 10**9,
+    extracts='one document per row: `id`, `text` columns', metadata='the row\'s `metadata` (object or JSON text)',
+    inflated_size=parquet_inflated_size)
 
 FORMATS: tuple[Format, ...] = (TEXT, JSONL, PARQUET, html.FORMAT, pdf.FORMAT, docx.FORMAT)
 # `--max_file_bytes pdf=none` lifts a format's limit.

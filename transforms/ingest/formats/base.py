@@ -13,7 +13,8 @@ FILE_TOO_LARGE = 'file_too_large'
 EXTRACTION_FAILED = 'extraction_failed'
 # The reasons every extracted format shares, and what they mean.
 MEANINGS = {
-    FILE_TOO_LARGE: "a file over its format's `--max_file_bytes` limit, rejected without being read whole",
+    FILE_TOO_LARGE: ("a file over its format's `--max_file_bytes` limit, rejected without being read whole, or a "
+                     'compressed one (DOCX, Parquet, a PDF stream) that would inflate past it, refused before inflating'),
     EXTRACTION_FAILED: 'its extractor raised on an odd file (a parser bug): that file is rejected, not the build',
 }
 
@@ -51,6 +52,11 @@ class Format:
       extract: `extract(data, path) -> Extracted | Rejected` for whole-file
         formats; None for the record formats that read.py parses itself.
       reasons: Rejection reasons only this format produces, with what each means.
+      inflated_size: For a compressed format, `inflated_size(data)`: what
+        its index declares its contents inflate to (a zip's central
+        directory, a Parquet footer), or None when it cannot tell (the
+        extractor then rejects the file). The format's size limit bounds
+        this too, so a zip bomb is refused before anything is inflated.
     """
     name: str
     suffixes: tuple[str, ...]
@@ -59,6 +65,7 @@ class Format:
     metadata: str
     extract: Optional[Extractor] = None
     reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    inflated_size: Optional[Callable[[bytes], Optional[int]]] = None
 
 
 def parse_size(value: str) -> int:
@@ -83,12 +90,53 @@ def format_size(n: Optional[int]) -> str:
     return f'{n}B'
 
 
+# A title longer than this is cut, with an ellipsis: metadata is copied into every chunk.
+MAX_TITLE_CHARS = 1000
+ELLIPSIS = '\u2026'
+
+
 def document_metadata(format_name: str, title, **fields) -> dict:
-    """A document's metadata: its format, its title when it has a non-blank one, and `fields`."""
+    """A document's metadata: its format, its title when it has a non-blank one, and `fields`.
+
+    The title's whitespace is collapsed and a title over MAX_TITLE_CHARS is
+    cut to that length, its last character an ellipsis: a 200 KB `/Title`
+    costs the title's tail, not the document (`metadata_too_large`).
+    """
     metadata = {'format': format_name, **fields}
     if isinstance(title, str) and title.strip():
-        metadata['title'] = ' '.join(title.split())
+        title = ' '.join(title.split())
+        metadata['title'] = title if len(title) <= MAX_TITLE_CHARS else title[:MAX_TITLE_CHARS - 1] + ELLIPSIS
     return metadata
+
+
+def zip_inflated_size(data: bytes) -> Optional[int]:
+    """The sum of the inflated sizes a zip's central directory declares, or None for no zip.
+
+    Python's zipfile never yields more than a member's declared size (a
+    member that inflates further fails its CRC), so this bounds what
+    reading the members can take.
+    """
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return sum(member.file_size for member in archive.infolist())
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return None
+
+
+def parquet_inflated_size(data: bytes) -> Optional[int]:
+    """The uncompressed size of every row group a Parquet footer declares, or None for no Parquet file."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    except Exception:  # pyarrow raises several types for what is no Parquet file; reading rejects it
+        return None
+    return sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
 
 
 def file_hash(data: bytes) -> str:

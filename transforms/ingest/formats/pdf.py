@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Union
+import re
+from typing import Optional, Union
 
-from transforms.ingest.formats.base import Extracted, Format, document_metadata
+from transforms.ingest.formats.base import FILE_TOO_LARGE, Extracted, Format, document_metadata
 from transforms.ingest.layout import TextBuilder
 from transforms.types import Layout, Rejected
 
@@ -16,9 +17,24 @@ PDF_NO_TEXT = 'pdf_no_text'
 PDF_CORRUPT = 'pdf_corrupt'
 
 PAGE_SEPARATOR = '\n\n'
-# A complete PDF ends with %%EOF (possibly followed by a newline or padding).
+# A complete PDF ends with %%EOF, possibly followed by padding (NULs, blanks, junk a mailer added).
 _EOF_MARKER = b'%%EOF'
-_EOF_WINDOW = 1024
+# What after the last %%EOF shows a revision that was cut before its own %%EOF (an incremental update).
+_REVISION = re.compile(rb'\bobj\b|\bxref\b|\btrailer\b|\bstartxref\b')
+
+
+def truncation(data: bytes) -> Optional[str]:
+    """Why a PDF looks cut short, or None: no `%%EOF`, or a revision begun after the last one.
+
+    Bytes after the last `%%EOF` that start no revision (NUL or blank
+    padding, a mailer's junk) are ignored, as pypdf ignores them.
+    """
+    end = data.rfind(_EOF_MARKER)
+    if end < 0:
+        return 'truncated: no %%EOF marker'
+    if _REVISION.search(data, end + len(_EOF_MARKER)):
+        return 'truncated: a revision after the last %%EOF marker has none of its own'
+    return None
 
 
 def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
@@ -27,9 +43,11 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
     Pages are joined with "\\n\\n" and their exact `(start, end)` offsets kept
     in the layout; an empty page has an empty span. A file protected by a
     user password is rejected (`pdf_encrypted`); one protected only by an
-    owner password (opens with an empty password) is read. A file that does
-    not end with `%%EOF` is rejected as truncated: pypdf would otherwise
-    rebuild what it can and silently lose the rest.
+    owner password (opens with an empty password) is read. A file without
+    `%%EOF`, or with a revision after its last one, is rejected as truncated
+    (`truncation`): pypdf would otherwise rebuild what it can and silently
+    lose the rest. A stream that inflates past pypdf's limits is
+    `file_too_large`.
 
     Args:
       data: The raw file.
@@ -41,12 +59,13 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
       `pdf_no_text`, `pdf_corrupt`).
     """
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 
     if not data.startswith(b'%PDF-'):
         return Rejected(path, None, PDF_CORRUPT, 'no %PDF- header')
-    if _EOF_MARKER not in data[-_EOF_WINDOW:]:
-        return Rejected(path, None, PDF_CORRUPT, 'truncated: no %%EOF marker at the end')
+    problem = truncation(data)
+    if problem:
+        return Rejected(path, None, PDF_CORRUPT, problem)
     # pypdf logs every recoverable oddity of real-world files; the outcome is in the result.
     logging.getLogger('pypdf').setLevel(logging.ERROR)
     builder = TextBuilder()
@@ -61,6 +80,8 @@ def extract(data: bytes, path: str) -> Union[Extracted, Rejected]:
         title = reader.metadata.title if reader.metadata else None
     except (FileNotDecryptedError, DependencyError) as e:
         return Rejected(path, None, PDF_ENCRYPTED, f'{type(e).__name__}: {e}')
+    except LimitReachedError as e:  # a stream that inflates past pypdf's limits (75 MB): a bomb
+        return Rejected(path, None, FILE_TOO_LARGE, f'a stream inflates past pypdf\'s limit ({e})')
     except Exception as e:  # pypdf raises many types (and RecursionError) on malformed files
         return Rejected(path, None, PDF_CORRUPT, f'{type(e).__name__}: {e}')
     if not pages:
@@ -81,6 +102,6 @@ FORMAT = Format(
     reasons={
         PDF_ENCRYPTED: 'needs a user password (one with only an owner password is read)',
         PDF_NO_TEXT: 'no text layer (scanned images: there is no OCR)',
-        PDF_CORRUPT: 'truncated (no `%%EOF`) or not parseable by pypdf',
+        PDF_CORRUPT: 'truncated (no `%%EOF`, or a revision after the last one) or not parseable by pypdf',
     },
 )

@@ -1,5 +1,7 @@
 """The HTML extractor: main content, headings and encodings, on pages the tests make."""
 
+import pytest
+
 from tests.helpers import BOILERPLATE_PAGE, headings_of
 from transforms.ingest.formats import html
 from transforms.types import Rejected
@@ -53,3 +55,34 @@ def test_html_bom_wins_and_undeclared_bytes_must_be_utf8():
 def test_html_without_content_is_rejected():
     out = html.extract(b'<html><head><title>t</title><script>x()</script></head><body></body></html>', 'e.html')
     assert isinstance(out, Rejected) and out.reason == html.HTML_NO_TEXT
+
+
+PARAGRAPH = '<p>' + 'Cook the pasta in plenty of salted boiling water until it is al dente. ' * 3 + '</p>'
+
+
+@pytest.mark.parametrize('charset', ['utf-7', 'undefined', 'punycode', 'idna', 'rot13', 'utf-32'])
+def test_a_charset_that_is_no_web_encoding_is_a_bad_encoding(charset):
+    page = f'<html><head><meta charset="{charset}"></head><body>{PARAGRAPH}<p>+2D3cAA- after</p></body></html>'
+    out = html.extract(page.encode(), 'odd.html')
+    assert isinstance(out, Rejected) and out.reason == html.HTML_BAD_ENCODING
+    assert f'declared charset {charset} is no encoding of the WHATWG Encoding Standard' == out.detail
+
+
+def test_web_labels_resolve_to_their_codecs():
+    assert [html.web_codec(label) for label in ('UTF-8', 'shift_jis', 'gb2312', 'iso-8859-9', 'utf-7')] == [
+        'utf-8', 'shift_jis', 'gbk', 'cp1254', None]
+
+
+def test_a_page_nested_50000_deep_keeps_its_paragraphs():
+    page = ('<html><body>' + '<div>' * 50_000 + PARAGRAPH + '</div>' * 50_000
+            + '<p>After the nest, a paragraph about the sauce and the cheese to grate over it.</p></body></html>')
+    out = html.extract(page.encode(), 'deep.html')
+    assert out.text.startswith('Cook the pasta in plenty') and out.text.endswith('the cheese to grate over it.')
+
+
+def test_flattening_removes_only_the_tags_of_the_middle_levels():
+    page = '<body>' + '<div>' * 10 + '<p>text <b>bold</b></p>' + '</div>' * 10 + '</body>'
+    # body and two divs lie at most 3 deep; the last div, p and b hold at most 3 levels.
+    kept = '<body><div><div><div><p>text <b>bold</b></p></div></div></div></body>'
+    assert html.flatten_nesting(page, kept_levels=3) == kept
+    assert html.flatten_nesting(page, kept_levels=20) == page
