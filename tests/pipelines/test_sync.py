@@ -8,10 +8,9 @@ import pytest
 
 from pipelines import build_index, cli
 from pipelines import sync as sync_job
-from tests.helpers import REPO
+from tests.helpers import REPO, drift_of
 from transforms.output import publish
 from transforms.sync import rows
-from transforms.sync.store import open_store
 
 # Upserts and deletes come in batches of 2, so a kill can fall between two of each.
 BATCH = ('--batch_rows', '2')
@@ -23,16 +22,6 @@ def sync_cli(capsys, *argv):
     code = cli.main(['sync', *argv])
     out = capsys.readouterr()
     return code, out.out.strip().splitlines(), out.err
-
-
-def drift_of(uri, run):
-    store = open_store(uri)
-    try:
-        from transforms.sync.sync import sync_run
-
-        return sync_run(store, str(run), verify=True).drift
-    finally:
-        store.close()
 
 
 def test_last_line_counts_and_verify_exit_codes(store_uri, synced_runs, capsys):

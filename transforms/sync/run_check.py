@@ -1,0 +1,75 @@
+"""The run a sync reads, checked before the store is touched: its parts' footers and ids against its manifest.
+
+A part rewritten shorter, one missing, rows without an id or with one twice,
+vectors of another size: each is one line, and the store keeps what it had
+(a sync deletes what the run lacks, so a shortened run would delete rows).
+Costs the footers and the chunk_id column of each part, not its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow.parquet as pq
+
+from transforms.output import tables
+from transforms.sync import rows
+from transforms.sync.store import shown_id
+
+# Columns a part must have for a sync.
+NEEDED = rows.FIELDS + ('embedding',)
+
+
+def checked_run(directory: str) -> rows.Run:
+    """The run at `directory`, with the rows of each part, once its parts agree with its manifest.
+
+    Raises:
+      ValueError: One line naming the run and what is wrong with it.
+    """
+    run = rows.Run.of(directory)
+    try:
+        counts = []
+        seen: set = set()
+        for path in run.part_paths():
+            counts.append(_check_part(path, run.dim, seen))
+    except ValueError as e:
+        raise ValueError(_refused(run, str(e))) from None
+    if sum(counts) != run.rows:
+        raise ValueError(_refused(run, f'its {len(counts)} parts hold {sum(counts)} rows, its manifest counts '
+                                       f'{run.rows} (chunks/ changed after the build)'))
+    return dataclasses.replace(run, part_rows=tuple(counts))
+
+
+def _refused(run: rows.Run, problem: str) -> str:
+    return f'run {run.run_id} ({run.directory}) cannot be synced: {problem}; the store was not touched'
+
+
+def _check_part(path: str, dim: int, seen: set) -> int:
+    """The rows of one part, from its footer, once its columns, vector values and ids are right."""
+    metadata = tables.load_file(path, _footer)
+    names = set(metadata.schema.to_arrow_schema().names)
+    missing = [c for c in NEEDED if c not in names]
+    if missing:
+        raise ValueError(f'{path} has no column(s) {missing}')
+    values = sum(metadata.row_group(g).column(i).num_values for g in range(metadata.num_row_groups)
+                 for i in range(metadata.num_columns)
+                 if metadata.row_group(g).column(i).path_in_schema.startswith('embedding.'))
+    if values != metadata.num_rows * dim:
+        raise ValueError(f'{path} holds {values} vector values for {metadata.num_rows} rows, not {dim} each')
+    ids = tables.read_part(path, ['chunk_id']).column('chunk_id').to_pylist()
+    if len(ids) != metadata.num_rows:
+        raise ValueError(f'{path} holds {len(ids)} rows, its footer {metadata.num_rows}')
+    for chunk_id in ids:
+        if chunk_id is None or chunk_id in seen:
+            what = 'a row without a chunk_id' if chunk_id is None else f'chunk_id {shown_id(chunk_id)!r} twice'
+            raise ValueError(f'{path} holds {what}')
+        seen.add(chunk_id)
+    return metadata.num_rows
+
+
+def _footer(path: str) -> pq.FileMetaData:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as f:
+        return pq.ParquetFile(f).metadata
+
