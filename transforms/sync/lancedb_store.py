@@ -3,9 +3,9 @@
 The sync lock is `NAME.sync-lock` in the store's directory. Lance's schema
 leaves keys and vectors nullable and its keys unenforced, so a table may
 hold NULL ids or vectors and duplicate ids: the sync finds and repairs them.
-Every write is a Lance commit, a version of its own; after a sync the table
-is compacted and its versions pruned once it holds more than
-`?keep_versions=` (default `KEEP_VERSIONS`).
+Every write is a Lance commit, a version of its own; once a sync leaves
+the table with more than `?keep_versions=` (default `KEEP_VERSIONS`), it
+compacts the table and keeps the newest half of them.
 """
 
 from __future__ import annotations
@@ -147,20 +147,21 @@ class LanceDBStore(Store):
 
 
 def prune(table, keep: int) -> bool:
-    """Compacts `table` and deletes all but its `keep` newest versions, once it holds more; returns whether it did.
+    """Once `table` holds more than `keep` versions, compacts it and keeps its newest `keep // 2`; returns whether it did.
 
     Compaction rewrites the table (a first sync's 100 commits become one
-    fragment), so it runs only when the versions overflow, not after every
-    sync. Files of killed syncs go too (`delete_unverified`): the sync
-    lock is held, so no other sync is writing.
+    fragment), so it runs when the versions overflow, not after every sync:
+    half of `keep` is left for the syncs to come. Files of killed syncs go
+    too (`delete_unverified`): the sync lock is held, so no sync is writing.
     """
     if len(table.list_versions()) <= keep:
         return False
     table.optimize(cleanup_older_than=datetime.timedelta(days=36500))  # compaction alone
+    kept = max(1, keep // 2)
     versions = sorted(v['timestamp'] for v in table.list_versions())
-    if len(versions) > keep:
-        # Versions older than the newest `keep` go: cleanup takes an age, measured from now.
-        age = datetime.datetime.now() - versions[-keep - 1]
+    if len(versions) > kept:
+        # Cleanup takes an age, measured from when it runs: every version up to the newest `kept` is older.
+        age = datetime.datetime.now() - versions[-kept - 1]
         table.optimize(cleanup_older_than=max(age, datetime.timedelta(milliseconds=1)), delete_unverified=True)
     return True
 

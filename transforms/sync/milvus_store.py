@@ -215,6 +215,13 @@ class MilvusStore(Store):
                                    search_params={'metric_type': 'IP'}, output_fields=['chunk_id'])
         return [h['entity']['chunk_id'] for h in hits[0]]
 
+    def upkeep(self, changed: int, rows: int) -> None:
+        # Seals what the sync wrote into segments with their index, which loading would build otherwise:
+        # a `--verify` after it then writes nothing.
+        for name in (self.table, self.table + MARKER_SUFFIX):
+            if self._client.has_collection(name):
+                self._client.flush(name)
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()

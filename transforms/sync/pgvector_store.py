@@ -122,7 +122,7 @@ class PgvectorStore(Store):
 
     def _holder(self) -> Optional[dict]:
         found = self._query(
-            'SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start FROM pg_locks l '
+            'SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start FROM pg_locks l '
             'JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = %s AND l.classid = %s AND '
             'l.objid = %s AND l.objsubid = 2 AND l.granted',
             ('advisory', _LOCK_CLASS, _lock_key(self._schema, self.table)))

@@ -105,6 +105,8 @@ class Drift:
             counts += f', {self.null_keys} without a chunk_id'
         if self.marker is None:
             return counts
+        if self.marker == NO_MARKER:
+            return counts + '; the store holds no marker'
         if self.marker.startswith(FOREIGN_MARKER):
             return counts + f'; the store\'s marker is {self.marker}'
         return counts + f'; the store\'s marker says {shown_id(self.marker)!r}, not {run_id!r}'
@@ -322,12 +324,13 @@ def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int) -> Non
         marker = {'run_id': run.run_id, 'rows': held, 'rejected': len(report.rejected)}
         attempt('marker', lambda: store.write_marker(marker), store=store)
     publish.checkpoint('sync_marked')
-    if report.upserted or report.deleted:
-        try:
-            store.upkeep(report.upserted + report.deleted, held)
-        except Exception as e:  # the store is synced and marked: its upkeep waits for the next sync
-            LOG.warning('%s: upkeep after the sync failed (%s: %s)', store.shown, type(e).__name__,
-                        first_line(e, store.redact))
+    if drift.none:
+        return  # nothing written
+    try:
+        store.upkeep(report.upserted + report.deleted, held)
+    except Exception as e:  # the store is synced and marked: its upkeep waits for the next sync
+        LOG.warning('%s: upkeep after the sync failed (%s: %s)', store.shown, type(e).__name__,
+                    first_line(e, store.redact))
 
 
 class _Upserts:
