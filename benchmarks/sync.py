@@ -80,7 +80,7 @@ def floor_seconds(store: str, uri: str, run: str) -> float:
         from transforms.sync.milvus_store import MilvusStore
 
         floor = MilvusStore(uri + '?table=floor')
-        floor.prepare(dim)
+        floor.prepare(dim, create=True)
         records = table.drop_columns(['embedding']).to_pylist()
         for record, vector in zip(records, rows.vector_matrix(table.column('embedding'))):
             record['embedding'] = vector.tolist()
