@@ -592,6 +592,16 @@ def with_values(part: pa.Table, column: str, values: dict) -> pa.Table:
     return part.set_column(part.schema.get_field_index(column), column, pa.array(found, part.schema.field(column).type))
 
 
+def tree_digest(directory: Path) -> str:
+    """The names and bytes of every file under `directory`: a store's files, before and after."""
+    import hashlib
+
+    digest = hashlib.blake2b()
+    for path in sorted(p for p in directory.rglob('*') if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def journaled_sync(journal: str, argv: Sequence[str]) -> int:
     """`ragsieve sync ARGV` in this process, appending `pid start end` of its writing to `journal`.
 

@@ -143,7 +143,8 @@ def test_ten_concurrent_syncs_of_mixed_runs_write_one_at_a_time(store_uri, synce
     _, r1, r2 = synced_runs
     journal = tmp_path / 'journal'
     runs = [r1 if i % 2 else r2 for i in range(10)]
-    command = 'import sys; from tests.helpers import journaled_sync; sys.exit(journaled_sync(sys.argv[1], sys.argv[2:]))'
+    command = ('import sys; from tests.helpers import journaled_sync; '
+               'sys.exit(journaled_sync(sys.argv[1], sys.argv[2:]))')
     processes = [subprocess.Popen([sys.executable, '-c', command, str(journal), '--index', str(run), '--to', store_uri,
                                    '--wait', '600', '--no_progress'], cwd=REPO, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env={**os.environ, 'PYTHONPATH': str(REPO)})

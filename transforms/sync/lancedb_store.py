@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -147,7 +147,7 @@ class LanceDBStore(Store):
 
 
 def prune(table, keep: int) -> bool:
-    """Once `table` holds more than `keep` versions, compacts it and keeps its newest `keep // 2`; returns whether it did.
+    """Once `table` holds more than `keep` versions, compacts it and keeps the newest `keep // 2`; returns if it did.
 
     Compaction rewrites the table (a first sync's 100 commits become one
     fragment), so it runs when the versions overflow, not after every sync:

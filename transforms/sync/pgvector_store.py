@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.sync import locks, rows
-from transforms.sync.store import Store, StoreError
+from transforms.sync.store import Store, StoreError, first_line
 
 _TYPES = {'chunk_id': 'text', 'doc_id': 'text', 'text': 'text', 'embedding': 'vector', 'metadata': 'text',
           'kind': 'text', 'salience': 'float4', 'run_id': 'text', 'row_hash': 'text'}
@@ -90,12 +90,11 @@ class PgvectorStore(Store):
         return conn
 
     def _first_line(self, error: Exception) -> str:
-        return self.redact((str(error).strip().splitlines() or [type(error).__name__])[0])[:300]
+        return first_line(error, self.redact)
 
     @property
     def _conn(self):
-        if self._conn_ is None:
-            self._conn_ = self._connect()
+        self._current_schema()  # connects
         return self._conn_
 
     def _name(self, suffix: str = ''):
@@ -105,7 +104,9 @@ class PgvectorStore(Store):
 
     def _current_schema(self) -> str:
         """The schema the table is in: the connection's first (its search_path), read when it connects."""
-        return self._conn and self._schema
+        if self._conn_ is None:
+            self._conn_ = self._connect()
+        return self._schema
 
     def _query(self, statement, params=(), fetch: bool = True):
         with self._conn.transaction(), self._conn.cursor() as cur:

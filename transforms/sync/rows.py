@@ -110,7 +110,8 @@ def _field_blobs(table: pa.Table) -> pa.Array:
     for name in FIELDS[:-1]:
         column = _array(table.column(name)).cast(pa.large_binary())
         lengths = pc.binary_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype('<u8')
-        prefix = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(column), [None, pa.py_buffer(lengths.tobytes())])
+        prefix = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(column),
+                                                      [None, pa.py_buffer(lengths.tobytes())])
         parts += [pc.if_else(pc.is_valid(column), prefix.cast(pa.large_binary()), null), column.fill_null(b'')]
     salience = _array(table.column('salience'))
     values = salience.fill_null(0).to_numpy(zero_copy_only=False).astype('<f4')

@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import pkgutil
 import urllib.parse
-from typing import Any, ContextManager, Iterator, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,11 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, MASK)
     return text
+
+
+def first_line(error: BaseException, redact: Callable[[str], str] = str) -> str:
+    """The first line of an error's message (its type when it has none), without secrets, at most 300 characters."""
+    return redact((str(error).strip().splitlines() or [type(error).__name__])[0])[:300]
 
 
 def shown_id(chunk_id: Any, limit: int = SHOWN_ID_CHARS) -> str:

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from transforms.output import publish, tables
 from transforms.sync import rows
-from transforms.sync.store import Store, StoreError, shown_id
+from transforms.sync.store import Store, StoreError, first_line, shown_id
 
 LOG = logging.getLogger('ragsieve.sync')
 
@@ -54,11 +54,6 @@ FOREIGN_MARKER = 'not ragsieve\'s: '
 # Parts whose vectors are read ahead of the writes.
 READ_AHEAD = 2
 _ABSENT = object()
-
-
-def first_line(error: BaseException, redact: Callable[[str], str] = str) -> str:
-    """The first line of an error's message, without secrets, at most 300 characters."""
-    return redact((str(error).strip().splitlines() or [''])[0])[:300]
 
 
 def examples(chunk_ids: Sequence, total: Optional[int] = None) -> str:
@@ -234,16 +229,30 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
     drift.duplicates, drift.null_keys = sorted(held.duplicates), held.null_keys
     if not verify:
         _repair(store, held, batch_rows)
-    pending = _Upserts(store, batch_rows, report)
+    _stream(store, run, held, report, None if verify else _Upserts(store, batch_rows, report), deep, progress)
+    drift.extra = sorted(held.hashes)
+    if not verify:
+        _finish(store, run, report, batch_rows)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _stream(store: Store, run: rows.Run, held: Held, report: Report, pending: Optional['_Upserts'], deep: bool,
+            progress: Optional[Callable[[int], None]]) -> None:
+    """Compares the run's parts with what the store holds, in order; hands the rows to write to `pending`.
+
+    Without `deep`, the vectors of a part's rows to write are read in a
+    thread while the next parts are compared, at most `READ_AHEAD` parts ahead.
+    """
     with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix='sync-read') as pool:
         vectors: collections.deque = collections.deque()
-        for number, (path, part) in enumerate(_parts(pool, run.part_paths(), rows.CONTENT_COLUMNS if deep
-                                                      else rows.FIELDS)):
+        columns = rows.CONTENT_COLUMNS if deep else rows.FIELDS
+        for number, (path, part) in enumerate(_parts(pool, run.part_paths(), columns)):
             if run.part_rows and part.num_rows != run.part_rows[number]:
                 raise ValueError(f'{path} changed while syncing ({part.num_rows} rows, {run.part_rows[number]} '
                                  'when checked): nothing was deleted; sync again')
             write = _compare(part, held, report, store, run.vectors_id, deep)
-            if write and not verify:
+            if write and pending is not None:
                 picked = part.take(pa.array(write, pa.int64()))
                 if deep:
                     pending.add(rows.run_rows(picked, run))
@@ -256,12 +265,8 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
                 progress(part.num_rows)
         for picked, read in vectors:
             pending.add(rows.run_rows(picked.append_column('embedding', read.result()), run))
-    pending.flush()
-    drift.extra = sorted(held.hashes)
-    if not verify:
-        _finish(store, run, report, batch_rows)
-    report.seconds = time.perf_counter() - started
-    return report
+    if pending is not None:
+        pending.flush()
 
 
 def _parts(pool, paths: list[str], columns: Sequence[str]) -> Iterator[tuple[str, pa.Table]]:

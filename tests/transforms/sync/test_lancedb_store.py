@@ -1,22 +1,13 @@
-"""LanceDB, read back with its own client: duplicates and NULLs repaired, nothing written by --verify, versions bounded."""
-
-import hashlib
+"""LanceDB, read back with its own client: duplicates and NULLs repaired, --verify writing nothing, versions bounded."""
 
 import lancedb
 import pyarrow as pa
 import pytest
 
-from tests.helpers import drift_of, edited_run, run_digests, store_digests, store_rows, sync_into, with_values
+from tests.helpers import (drift_of, edited_run, run_digests, store_digests, store_rows, sync_into, tree_digest,
+                           with_values)
 from transforms.sync.lancedb_store import LOCK_SUFFIX
 from transforms.sync.store import StoreError
-
-
-def tree_digest(directory):
-    """The names, sizes and bytes of every file under `directory`."""
-    digest = hashlib.blake2b()
-    for path in sorted(p for p in directory.rglob('*') if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
-    return digest.hexdigest()
 
 
 def test_duplicated_and_null_rows_are_drift_and_repaired(tmp_path, synced_runs):

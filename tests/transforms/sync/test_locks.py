@@ -1,4 +1,4 @@
-"""The lock file of LanceDB and Milvus Lite: held, refused naming its holder, waited for, released by a killed holder."""
+"""The lock file of LanceDB and Milvus Lite: held, refused naming its holder, waited for, freed by a killed holder."""
 
 import os
 import signal

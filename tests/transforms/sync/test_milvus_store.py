@@ -1,13 +1,12 @@
-"""Milvus Lite, a real database directory: synced again and again by new processes, quietly, --verify writing nothing."""
+"""Milvus Lite, a real database directory: synced again and again by new processes, quietly; --verify writes nothing."""
 
-import hashlib
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import REPO, drift_of, run_digests, store_digests
+from tests.helpers import REPO, drift_of, run_digests, store_digests, tree_digest
 from transforms.sync.store import StoreError, open_store
 
 
@@ -15,13 +14,6 @@ def sync_process(*argv):
     """`ragsieve sync ARGV` in a process of its own, as cron would start it."""
     return subprocess.run([sys.executable, '-m', 'pipelines.sync', '--no_progress', *argv], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': str(REPO)})
-
-
-def tree_digest(directory):
-    digest = hashlib.blake2b()
-    for path in sorted(p for p in directory.rglob('*') if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
-    return digest.hexdigest()
 
 
 def test_synced_a_second_and_third_time_without_a_traceback(tmp_path, synced_runs):

@@ -1,4 +1,4 @@
-"""PostgreSQL + pgvector against a real server: quoted names, the advisory lock, reconnecting retries, what --verify leaves."""
+"""PostgreSQL + pgvector, a real server: quoted names, the advisory lock, reconnecting retries, what --verify leaves."""
 
 import logging
 import os
