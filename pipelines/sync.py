@@ -18,7 +18,7 @@ from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
 from transforms.sync import run_check
 from transforms.sync import store as stores
-from transforms.sync.sync import DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS, Report, SyncError, sync_run
+from transforms.sync.sync import DEFAULT_BATCH_ROWS, HASH_PAGE_ROWS, MAX_BATCH_ROWS, Report, SyncError, sync_run
 
 LOG = logging.getLogger('ragsieve.sync')
 
@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
                    help='Seconds to wait for another sync of the same store to finish; by default a second sync '
                         'is refused at once, naming the one that holds the store.')
     p.add_argument('--batch_rows', type=int, default=DEFAULT_BATCH_ROWS,
-                   help=f'Rows per upsert, per delete and per page read from the store (1 to {MAX_BATCH_ROWS}).')
+                   help=f'Rows per upsert, per delete and per page of rows read from the store with their '
+                        f'vectors (1 to {MAX_BATCH_ROWS}; ids and hashes are read {HASH_PAGE_ROWS:,} at a time).')
     p.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
     return p
 

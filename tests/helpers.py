@@ -524,7 +524,7 @@ def store_rows(uri: str) -> pa.Table:
     try:
         if not store.prepare(384, create=False):
             return empty
-        return pa.concat_tables([empty, *store.scan(sync_rows.CONTENT_COLUMNS, 100)])
+        return pa.concat_tables([empty, *(t.cast(empty.schema) for t in store.scan(sync_rows.CONTENT_COLUMNS, 100))])
     finally:
         store.close()
 

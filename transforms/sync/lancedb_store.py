@@ -1,8 +1,8 @@
 """LanceDB, the embedded default: `lancedb://PATH[?table=NAME]`, no server, Arrow in and out.
 
-The sync lock is `NAME.sync-lock` in the store's directory. Lance's schema
-leaves keys and vectors nullable and its keys unenforced, so a table may
-hold NULL ids or vectors and duplicate ids: the sync finds and repairs them.
+The sync lock is `NAME.sync-lock` in the store's directory. Lance does not
+enforce keys, so a table may hold an id twice, and one made by an earlier
+ragsieve NULL ids or vectors: the sync finds and repairs them.
 Every write is a Lance commit, a version of its own; once a sync leaves
 the table with more than `?keep_versions=` (default `KEEP_VERSIONS`), it
 compacts the table and keeps the newest half of them.
@@ -83,13 +83,13 @@ class LanceDBStore(Store):
                              f'{self._db.open_table(marker).schema.names}); drop it or sync into another ?table=')
         if self.table in names:
             self._table = self._db.open_table(self.table)
-            if self._table.schema != schema:
+            difference = rows.schema_difference(self._table.schema, schema)
+            if difference:
                 raise StoreError(f'{self.shown}: table {self.table!r} is not the {dim}-dimensional rows of '
-                                 f'ragsieve ({rows.schema_difference(self._table.schema, schema)}); drop it or '
-                                 'sync into another ?table=')
+                                 f'ragsieve ({difference}); drop it or sync into another ?table=')
             return True
         if create:
-            self._table = self._db.create_table(self.table, schema=schema)
+            self._table = self._db.create_table(self.table, schema=_new_table_schema(dim))
             return True
         return False
 
@@ -99,6 +99,8 @@ class LanceDBStore(Store):
             yield pa.Table.from_batches([batch])
 
     def null_vector_ids(self) -> list[str]:
+        if not self._table.schema.field('embedding').nullable:
+            return []  # Lance refuses them
         hits = self._table.search().where('embedding IS NULL').select(['chunk_id']).limit(None).to_arrow()
         return hits.column('chunk_id').to_pylist()
 
@@ -144,6 +146,17 @@ class LanceDBStore(Store):
         for table in (self._table, self._marker_table()):
             if table is not None:
                 prune(table, self.keep_versions)
+
+
+def _new_table_schema(dim: int) -> pa.Schema:
+    """The rows' schema, with ids and vectors NOT NULL: Lance refuses NULLs there, and no sync looks for them.
+
+    Tables made by earlier versions allow them; a sync finds and repairs them there.
+    """
+    schema = rows.store_schema(dim)
+    for name in ('chunk_id', 'embedding'):
+        schema = schema.set(schema.get_field_index(name), schema.field(name).with_nullable(False))
+    return schema
 
 
 def prune(table, keep: int) -> bool:

@@ -148,7 +148,7 @@ class MilvusStore(Store):
 
     def scan(self, columns: Sequence[str], batch_rows: int) -> Iterator[pa.Table]:
         schema = rows.store_schema(self._dim)
-        found = self._client.query_iterator(self.table, batch_size=max(min(batch_rows, _SCAN_PAGE), _SCAN_PAGE),
+        found = self._client.query_iterator(self.table, batch_size=_SCAN_PAGE,
                                             output_fields=list(columns))
         while True:
             page = found.next()

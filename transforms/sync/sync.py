@@ -16,34 +16,34 @@ its rejected rows); a second writes nothing. `deep` compares what the store
 holds, vectors included, instead of its row hashes (`--verify` is always deep).
 
 Cost: rows are compared on their ids and hashes first; only the rows that
-are written have their vectors read (the row groups holding them), in a
-thread while the next parts are compared. Memory: the store's ids with a
-hash each, two parts of the run's fields, the vectors of `READ_AHEAD` parts
-and one batch; never the run's texts or vectors as a whole.
+are written have their vectors read (`vectors.RunVectors`). Memory: the
+store's ids with a hash each, one part of the run's fields, the vectors of
+its rows to write and one batch; never the run's texts or vectors as a whole.
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import itertools
 import json
 import logging
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
 from transforms.output import publish, tables
 from transforms.sync import rows
 from transforms.sync.store import Store, StoreError, first_line, shown_id
+from transforms.sync.vectors import RunVectors
 
 LOG = logging.getLogger('ragsieve.sync')
 
 DEFAULT_BATCH_ROWS = 1000
 # What a batch may hold: a sync holds one batch of rows, vectors included.
 MAX_BATCH_ROWS = 100_000
+# Rows per page of ids and hashes read from a store (small whatever the rows' size: two short strings).
+HASH_PAGE_ROWS = 50_000
 # Attempts of one batch and the waits between them; a batch that fails them all stops the sync.
 ATTEMPTS = 3
 BACKOFF_SECONDS = (0.5, 2.0)
@@ -51,8 +51,6 @@ BACKOFF_SECONDS = (0.5, 2.0)
 EXAMPLES = 5
 NO_MARKER = '(no marker)'
 FOREIGN_MARKER = 'not ragsieve\'s: '
-# Parts whose vectors are read ahead of the writes.
-READ_AHEAD = 2
 _ABSENT = object()
 
 
@@ -146,7 +144,7 @@ def read_store(store: Store, batch_rows: int, deep: bool) -> Held:
     """Every row the store holds: its row_hash, or (`deep`) a digest of its content."""
     held = Held()
     columns = rows.CONTENT_COLUMNS if deep else ('chunk_id', rows.ROW_HASH)
-    for table in store.scan(columns, batch_rows):
+    for table in store.scan(columns, batch_rows if deep else max(batch_rows, HASH_PAGE_ROWS)):
         digests = rows.content_digests(table) if deep else table.column(rows.ROW_HASH).to_pylist()
         for chunk_id, digest in zip(table.column('chunk_id').to_pylist(), digests):
             if chunk_id is None:
@@ -239,43 +237,24 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
 
 def _stream(store: Store, run: rows.Run, held: Held, report: Report, pending: Optional['_Upserts'], deep: bool,
             progress: Optional[Callable[[int], None]]) -> None:
-    """Compares the run's parts with what the store holds, in order; hands the rows to write to `pending`.
-
-    Without `deep`, the vectors of a part's rows to write are read in a
-    thread while the next parts are compared, at most `READ_AHEAD` parts ahead.
-    """
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix='sync-read') as pool:
-        vectors: collections.deque = collections.deque()
-        columns = rows.CONTENT_COLUMNS if deep else rows.FIELDS
-        for number, (path, part) in enumerate(_parts(pool, run.part_paths(), columns)):
-            if run.part_rows and part.num_rows != run.part_rows[number]:
-                raise ValueError(f'{path} changed while syncing ({part.num_rows} rows, {run.part_rows[number]} '
-                                 'when checked): nothing was deleted; sync again')
-            write = _compare(part, held, report, store, run.vectors_id, deep)
-            if write and pending is not None:
-                picked = part.take(pa.array(write, pa.int64()))
-                if deep:
-                    pending.add(rows.run_rows(picked, run))
-                else:
-                    vectors.append((picked, pool.submit(rows.read_vectors, path, write)))
-            while vectors and (vectors[0][1].done() or len(vectors) > READ_AHEAD):
-                picked, read = vectors.popleft()
-                pending.add(rows.run_rows(picked.append_column('embedding', read.result()), run))
-            if progress:
-                progress(part.num_rows)
-        for picked, read in vectors:
-            pending.add(rows.run_rows(picked.append_column('embedding', read.result()), run))
+    """Compares the run's parts with what the store holds, in order; hands the rows to write to `pending`."""
+    vectors = None if deep or pending is None else RunVectors(run)
+    for number, path in enumerate(run.part_paths()):
+        # One part at a time; without `deep`, only the vectors of its rows to write are read.
+        part = tables.read_part(path, rows.CONTENT_COLUMNS if deep else rows.FIELDS)
+        if run.part_rows and part.num_rows != run.part_rows[number]:
+            raise ValueError(f'{path} changed while syncing ({part.num_rows} rows, {run.part_rows[number]} '
+                             'when checked): nothing was deleted; sync again')
+        write = _compare(part, held, report, store, run.vectors_id, deep)
+        if write and pending is not None:
+            picked = part.take(pa.array(write, pa.int64()))
+            if vectors is not None:
+                picked = picked.append_column('embedding', vectors.read(number, path, write))
+            pending.add(rows.run_rows(picked, run))
+        if progress:
+            progress(part.num_rows)
     if pending is not None:
         pending.flush()
-
-
-def _parts(pool, paths: list[str], columns: Sequence[str]) -> Iterator[tuple[str, pa.Table]]:
-    """`(path, part)` in order, the next part read while this one is handled."""
-    reading = pool.submit(tables.read_part, paths[0], columns) if paths else None
-    for i, path in enumerate(paths):
-        current = reading
-        reading = pool.submit(tables.read_part, paths[i + 1], columns) if i + 1 < len(paths) else None
-        yield path, current.result()
 
 
 def _compare(part: pa.Table, held: Held, report: Report, store: Store, vectors_id: str, deep: bool) -> list[int]:

@@ -6,6 +6,7 @@ import pytest
 
 from tests.helpers import (drift_of, edited_run, run_digests, store_digests, store_rows, sync_into, tree_digest,
                            with_values)
+from transforms.sync import rows
 from transforms.sync.lancedb_store import LOCK_SUFFIX
 from transforms.sync.store import StoreError
 
@@ -13,8 +14,10 @@ from transforms.sync.store import StoreError
 def test_duplicated_and_null_rows_are_drift_and_repaired(tmp_path, synced_runs):
     _, r1, _ = synced_runs
     uri = f'lancedb://{tmp_path}/lance'
+    # A table an earlier ragsieve made: ids and vectors nullable (a new one refuses NULLs there).
+    table = lancedb.connect(str(tmp_path / 'lance')).create_table('ragsieve_chunks', schema=rows.store_schema(384))
     sync_into(uri, r1)
-    table = lancedb.connect(str(tmp_path / 'lance')).open_table('ragsieve_chunks')
+    table.checkout_latest()
     held = table.to_arrow()
     one, two, three = sorted(run_digests(r1))[:3]
     # Two concurrent syncs (before the lock) left an id twice; a hand-made row has no id; one lost its vector.
