@@ -85,6 +85,8 @@ def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, sy
     assert code == cli.FAILED and not out and len(err.strip().splitlines()) == 1
     assert err.startswith(f'ragsieve sync: error: {store_uri}') and 'is being synced by pid ' in err
     assert '(run r0)' in err or '(ragsieve sync pid ' in err  # a lock file, or PostgreSQL's application_name
+    code, _, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--verify')
+    assert code == sync_job.DRIFT and 'is being synced' not in err  # --verify takes no lock
     release = threading.Timer(1.0, held.__exit__, (None, None, None))
     release.start()
     started = time.monotonic()
