@@ -87,3 +87,14 @@ def test_the_lock_file_lies_in_the_store(tmp_path, synced_runs):
     with pytest.raises(ValueError, match='cannot be synced'):
         sync_job.sync(str(shortened), f'lancedb://{tmp_path}/fresh')
     assert not (tmp_path / 'fresh').exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize('markers', [['not json {'], ['{"run_id": "r1"}', '{"run_id": "r1"}'], [None]])
+def test_a_marker_table_of_odd_rows_is_drift_and_repaired(tmp_path, synced_runs, markers):
+    _, r1, _ = synced_runs
+    uri = f'lancedb://{tmp_path}/lance'
+    sync_into(uri, r1)
+    lancedb.connect(str(tmp_path / 'lance')).create_table(
+        'ragsieve_chunks_sync', data=pa.table({'marker': pa.array(markers, pa.string())}), mode='overwrite')
+    assert "is not ragsieve's" in drift_of(uri, r1).line('r1')
+    assert sync_into(uri, r1).upserted == 0 and drift_of(uri, r1).none
