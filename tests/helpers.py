@@ -584,6 +584,19 @@ def edited_run(source: Path, target: Path, edit, manifest_follows: bool = True) 
     return target
 
 
+def resharded(run: Path, target: Path, num_shards: int) -> Path:
+    """The run at `run` written again in `num_shards` parts, with its Flat index, by the build's writers."""
+    import shutil
+
+    from transforms.output import indexes, writers
+
+    shutil.copytree(run, target, ignore=shutil.ignore_patterns('chunks', 'index'))
+    chunks = tables.read_table(str(run / 'chunks'))
+    writers.write_parts(chunks.to_pylist(), tables.CHUNKS_TABLE, str(target / 'chunks'), num_shards)
+    indexes.write_faiss(chunks.num_rows, str(target), len(chunks.column('embedding')[0]), indexes.IndexConfig())
+    return target
+
+
 def with_values(part: pa.Table, column: str, values: dict) -> pa.Table:
     """`part` with `column` of the rows at the given positions replaced (`{position: value}`)."""
     found = part.column(column).to_pylist()

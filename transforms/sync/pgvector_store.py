@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.sync import locks, rows
-from transforms.sync.store import Store, StoreError, first_line
+from transforms.sync.store import LockLost, Store, StoreError, first_line
 
 _TYPES = {'chunk_id': 'text', 'doc_id': 'text', 'text': 'text', 'embedding': 'vector', 'metadata': 'text',
           'kind': 'text', 'salience': 'float4', 'run_id': 'text', 'row_hash': 'text'}
@@ -126,7 +126,7 @@ class PgvectorStore(Store):
             'SELECT a.pid, a.application_name, host(a.client_addr), a.backend_start FROM pg_locks l '
             'JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = %s AND l.classid = %s AND '
             'l.objid = %s AND l.objsubid = 2 AND l.granted',
-            ('advisory', _LOCK_CLASS, _lock_key(self._schema, self.table)))
+            ('advisory', _LOCK_CLASS, _lock_key(self._current_schema(), self.table)))
         if not found:
             return None
         pid, name, address, started = found[0]
@@ -148,14 +148,15 @@ class PgvectorStore(Store):
         finally:
             if self._conn_ is not None and not self._conn_.closed:
                 with contextlib.suppress(psycopg.Error):
-                    self._query('SELECT pg_advisory_unlock(%s, %s)', (_LOCK_CLASS, _lock_key(self._schema, self.table)))
+                    self._query('SELECT pg_advisory_unlock(%s, %s)',
+                                (_LOCK_CLASS, _lock_key(self._current_schema(), self.table)))
             self._locked = False
 
     def recover(self) -> None:
         """Reconnects a lost connection and retakes the lock, unless another sync wrote meanwhile.
 
         Raises:
-          StoreError: When another sync took the lock, or moved the marker, while this one was away.
+          LockLost: When another sync took the lock, or moved the marker, while this one was away.
         """
         if self._conn_ is not None and not (self._conn_.closed or self._conn_.broken):
             return
@@ -164,13 +165,12 @@ class PgvectorStore(Store):
                 self._conn_.close()
         self._conn_ = None
         self._register()
-        if self._locked:
-            self._locked = False
+        if self._locked:  # held by the lost session, which the server ended: retaken, or lost
             if not self._try_lock():
-                raise StoreError(f'{self.shown}: lost its connection, and another sync took the lock meanwhile')
+                raise LockLost(f'{self.shown}: lost its connection, and another sync took the lock meanwhile')
             seen = self._marker_seen
             if self._has_marker and self.read_marker() != seen:
-                raise StoreError(f'{self.shown}: lost its connection, and another sync wrote the store meanwhile')
+                raise LockLost(f'{self.shown}: lost its connection, and another sync wrote the store meanwhile')
 
     # --- the table ------------------------------------------------------------------
 
@@ -183,7 +183,7 @@ class PgvectorStore(Store):
     def _columns(self, suffix: str = '') -> Optional[list[tuple[str, str, bool]]]:
         """`(name, type, not null)` of the table's columns, or None when there is no such table."""
         found = self._query('SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace '
-                            'WHERE n.nspname = %s AND c.relname = %s', (self._schema, self.table + suffix))
+                            'WHERE n.nspname = %s AND c.relname = %s', (self._current_schema(), self.table + suffix))
         if not found:
             return None
         oid, kind = found[0]
@@ -198,7 +198,7 @@ class PgvectorStore(Store):
             'SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON '
             'n.oid = c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] '
             'WHERE n.nspname = %s AND c.relname = %s AND i.indisunique AND i.indnkeyatts = 1 AND a.attname = %s',
-            (self._schema, self.table + suffix, column)))
+            (self._current_schema(), self.table + suffix, column)))
 
     def _ddl(self, dim: int) -> list:
         from psycopg import sql

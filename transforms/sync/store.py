@@ -36,6 +36,10 @@ class LockHeld(StoreError):
     """Another sync holds the store's lock; the message names it."""
 
 
+class LockLost(StoreError):
+    """A sync lost its lock (with its connection) and another sync took it, or wrote, meanwhile."""
+
+
 def masked(uri: str) -> str:
     """`uri` with its password (in the authority or a `password=` option) replaced by `***`."""
     parsed = urllib.parse.urlsplit(uri)
@@ -184,7 +188,11 @@ class Store(abc.ABC):
         return [None] * rows.num_rows
 
     def recover(self) -> None:
-        """Before a retry: reopens a lost connection (and retakes its lock)."""
+        """Before a retry: reopens a lost connection (and retakes its lock).
+
+        Raises:
+          LockLost: When another sync took the lock, or wrote, meanwhile: the sync stops.
+        """
 
     def upkeep(self, changed: int, rows: int) -> None:
         """After a sync that wrote `changed` of the table's `rows`: compaction, statistics."""

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from transforms.output import publish, tables
 from transforms.sync import rows
-from transforms.sync.store import Store, StoreError, first_line, shown_id
+from transforms.sync.store import LockLost, Store, StoreError, first_line, shown_id
 from transforms.sync.vectors import RunVectors
 
 LOG = logging.getLogger('ragsieve.sync')
@@ -54,10 +54,9 @@ FOREIGN_MARKER = 'not ragsieve\'s: '
 _ABSENT = object()
 
 
-def examples(chunk_ids: Sequence, total: Optional[int] = None) -> str:
+def examples(chunk_ids: Sequence) -> str:
     """`a#0, b#1 and 3 more`: a few ids, escaped and bounded, whatever their number and size."""
-    total = len(chunk_ids) if total is None else total
-    more = total - min(len(chunk_ids), EXAMPLES)
+    more = len(chunk_ids) - EXAMPLES
     return ', '.join(shown_id(c) for c in list(chunk_ids)[:EXAMPLES]) + (f' and {more} more' if more > 0 else '')
 
 
@@ -175,24 +174,28 @@ def attempt(action: str, call: Callable[[], Any], chunk_ids: Callable[[], list[s
 
     Raises:
       StoreError: From the call itself: a store that cannot be used as it is, not retried.
-      SyncError: With the batch's ids, when every attempt failed or the store could not recover.
+      SyncError: With the batch's ids, when every attempt failed or the sync lost its lock.
     """
     redact = store.redact if store else str
     for number in range(ATTEMPTS):
         try:
             if number and store:
                 store.recover()
-        except Exception as e:  # a lost lock is not retried
+        except LockLost as e:
             raise SyncError(action, chunk_ids(), e, number, redact) from e
-        try:
-            return call()
-        except StoreError:
-            raise
-        except Exception as e:  # every client raises its own types; the last one is reported
-            if number == ATTEMPTS - 1:
-                raise SyncError(action, chunk_ids(), e, ATTEMPTS, redact) from e
-            LOG.warning('%s failed (%s: %s); retrying', action, type(e).__name__, first_line(e, redact))
-            sleep(BACKOFF_SECONDS[min(number, len(BACKOFF_SECONDS) - 1)])
+        except Exception as e:  # the server is not back yet: this attempt failed too
+            error = e
+        else:
+            try:
+                return call()
+            except StoreError:
+                raise
+            except Exception as e:  # every client raises its own types; the last one is reported
+                error = e
+        if number == ATTEMPTS - 1:
+            raise SyncError(action, chunk_ids(), error, ATTEMPTS, redact) from error
+        LOG.warning('%s failed (%s: %s); retrying', action, type(error).__name__, first_line(error, redact))
+        sleep(BACKOFF_SECONDS[min(number, len(BACKOFF_SECONDS) - 1)])
 
 
 def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = False,
