@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.output import tables
@@ -28,10 +30,12 @@ def checked_run(directory: str) -> rows.Run:
     """
     run = rows.Run.of(directory)
     try:
-        counts = []
-        seen: set = set()
+        counts, ids = [], []
         for path in run.part_paths():
-            counts.append(_check_part(path, run.dim, seen))
+            count, part_ids = _check_part(path, run.dim)
+            counts.append(count)
+            ids.append((path, part_ids))
+        _check_ids(ids)
     except ValueError as e:
         raise ValueError(_refused(run, str(e))) from None
     if sum(counts) != run.rows:
@@ -44,8 +48,8 @@ def _refused(run: rows.Run, problem: str) -> str:
     return f'run {run.run_id} ({run.directory}) cannot be synced: {problem}; the store was not touched'
 
 
-def _check_part(path: str, dim: int, seen: set) -> int:
-    """The rows of one part, from its footer, once its columns, vector values and ids are right."""
+def _check_part(path: str, dim: int) -> tuple[int, pa.ChunkedArray]:
+    """The rows of one part, from its footer, and its ids, once its columns and vector values are right."""
     metadata = tables.load_file(path, _footer)
     names = set(metadata.schema.to_arrow_schema().names)
     missing = [c for c in NEEDED if c not in names]
@@ -56,15 +60,26 @@ def _check_part(path: str, dim: int, seen: set) -> int:
                  if metadata.row_group(g).column(i).path_in_schema.startswith('embedding.'))
     if values != metadata.num_rows * dim:
         raise ValueError(f'{path} holds {values} vector values for {metadata.num_rows} rows, not {dim} each')
-    ids = tables.read_part(path, ['chunk_id']).column('chunk_id').to_pylist()
+    ids = tables.read_part(path, ['chunk_id']).column('chunk_id')
     if len(ids) != metadata.num_rows:
         raise ValueError(f'{path} holds {len(ids)} rows, its footer {metadata.num_rows}')
-    for chunk_id in ids:
-        if chunk_id is None or chunk_id in seen:
-            what = 'a row without a chunk_id' if chunk_id is None else f'chunk_id {shown_id(chunk_id)!r} twice'
-            raise ValueError(f'{path} holds {what}')
-        seen.add(chunk_id)
-    return metadata.num_rows
+    return metadata.num_rows, ids
+
+
+def _check_ids(parts: list[tuple[str, pa.ChunkedArray]]) -> None:
+    """Refuses a row without a chunk_id, or an id twice: counted by Arrow, named only when found."""
+    for path, ids in parts:
+        if ids.null_count:
+            raise ValueError(f'{path} holds a row without a chunk_id')
+    every = pa.chunked_array([chunk for _, ids in parts for chunk in ids.chunks], pa.string())
+    if pc.count_distinct(every).as_py() == len(every):
+        return
+    seen: set = set()
+    for path, ids in parts:
+        for chunk_id in ids.to_pylist():
+            if chunk_id in seen:
+                raise ValueError(f'{path} holds chunk_id {shown_id(chunk_id)!r} twice')
+            seen.add(chunk_id)
 
 
 def _footer(path: str) -> pq.FileMetaData:
