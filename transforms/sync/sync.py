@@ -51,7 +51,6 @@ BACKOFF_SECONDS = (0.5, 2.0)
 EXAMPLES = 5
 NO_MARKER = '(no marker)'
 FOREIGN_MARKER = 'not ragsieve\'s: '
-_ABSENT = object()
 
 
 def examples(chunk_ids: Sequence) -> str:
@@ -132,11 +131,34 @@ class Report:
 
 @dataclasses.dataclass
 class Held:
-    """What a store holds: `{chunk_id: hash}` (None for a row without a vector), ids held twice, rows without one."""
+    """What a store holds: `{chunk_id: hash}` (None for a row without a vector), ids held twice, rows without one.
+
+    While the run streams, `seen` gathers its ids (less those the store
+    cannot hold): what the store holds besides them is extra.
+    """
 
     hashes: dict = dataclasses.field(default_factory=dict)
     duplicates: set = dataclasses.field(default_factory=set)
     null_keys: int = 0
+    seen: set = dataclasses.field(default_factory=set)
+
+    def add(self, chunk_ids: list, digests: list) -> None:
+        """Adds a page of the store's rows; dict and set operations, a loop only where an id repeats."""
+        pairs = dict(zip(chunk_ids, digests))
+        if len(pairs) == len(chunk_ids) and None not in pairs and self.hashes.keys().isdisjoint(pairs):
+            self.hashes.update(pairs)
+            return
+        for chunk_id, digest in zip(chunk_ids, digests):
+            if chunk_id is None:
+                self.null_keys += 1
+            elif chunk_id in self.hashes:
+                self.duplicates.add(chunk_id)
+            else:
+                self.hashes[chunk_id] = digest
+
+    def extra(self) -> list[str]:
+        """The ids the store holds that the run (as far as it streamed) does not, sorted."""
+        return sorted(self.hashes.keys() - self.seen)
 
 
 def read_store(store: Store, batch_rows: int, deep: bool) -> Held:
@@ -145,13 +167,7 @@ def read_store(store: Store, batch_rows: int, deep: bool) -> Held:
     columns = rows.CONTENT_COLUMNS if deep else ('chunk_id', rows.ROW_HASH)
     for table in store.scan(columns, batch_rows if deep else max(batch_rows, HASH_PAGE_ROWS)):
         digests = rows.content_digests(table) if deep else table.column(rows.ROW_HASH).to_pylist()
-        for chunk_id, digest in zip(table.column('chunk_id').to_pylist(), digests):
-            if chunk_id is None:
-                held.null_keys += 1
-            elif chunk_id in held.hashes:
-                held.duplicates.add(chunk_id)
-            else:
-                held.hashes[chunk_id] = digest
+        held.add(table.column('chunk_id').to_pylist(), digests)
     if not deep:
         for chunk_id in store.null_vector_ids():
             if chunk_id in held.hashes:
@@ -231,7 +247,7 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
     if not verify:
         _repair(store, held, batch_rows)
     _stream(store, run, held, report, None if verify else _Upserts(store, batch_rows, report), deep, progress)
-    drift.extra = sorted(held.hashes)
+    drift.extra = held.extra()
     if not verify:
         _finish(store, run, report, batch_rows)
     report.seconds = time.perf_counter() - started
@@ -264,24 +280,21 @@ def _compare(part: pa.Table, held: Held, report: Report, store: Store, vectors_i
     """The positions of the part's rows to write; counts the others, unchanged or rejected (`Store.unholdable`)."""
     ids = part.column('chunk_id').to_pylist()
     digests = rows.content_digests(part) if deep else rows.row_hashes(part, vectors_id)
-    changed = []
-    for i, (chunk_id, digest) in enumerate(zip(ids, digests)):
-        if held.hashes.get(chunk_id, _ABSENT) == digest:
-            del held.hashes[chunk_id]
-            report.unchanged += 1
-        else:
-            changed.append(i)
+    stored = held.hashes.get
+    changed = [i for i, (chunk_id, digest) in enumerate(zip(ids, digests)) if stored(chunk_id) != digest]
+    report.unchanged += len(ids) - len(changed)
+    held.seen.update(ids)
     if not changed:
         return []
     why = store.unholdable(part.select(list(rows.FIELDS)).take(pa.array(changed, pa.int64())))
     write = []
     for i, reason in zip(changed, why):
         if reason:
-            # Left in `held`: a row of an earlier run under its id is extra now, and deleted.
+            # Not seen: a row of an earlier run under its id is extra now, and deleted.
             report.rejected.append((ids[i], reason))
+            held.seen.discard(ids[i])
             continue
-        was = held.hashes.pop(ids[i], _ABSENT)
-        (report.drift.missing if was is _ABSENT else report.drift.stale).append(ids[i])
+        (report.drift.missing if ids[i] not in held.hashes else report.drift.stale).append(ids[i])
         write.append(i)
     return write
 
@@ -295,7 +308,7 @@ def _repair(store: Store, held: Held, batch_rows: int) -> None:
         ids = duplicated[start:start + batch_rows]
         attempt('delete of duplicated ids', lambda ids=ids: store.delete(ids), lambda ids=ids: ids, store=store)
     for chunk_id in duplicated:
-        held.hashes.pop(chunk_id, None)
+        del held.hashes[chunk_id]
 
 
 def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int) -> None:
