@@ -269,6 +269,19 @@ class PgvectorStore(Store):
                 values = list(zip(*page))
                 yield pa.table({c: self._column(c, v, schema) for c, v in zip(columns, values)})
 
+    def scan_hashes(self, page_rows: int) -> Iterator[tuple[list, list]]:
+        from psycopg import sql
+
+        with self._conn.transaction(), self._conn.cursor(name='ragsieve_hashes') as cur:
+            cur.itersize = page_rows
+            cur.execute(sql.SQL('SELECT chunk_id, row_hash FROM {}').format(self._name()))
+            while True:
+                page = cur.fetchmany(page_rows)
+                if not page:
+                    return
+                chunk_ids, row_hashes = zip(*page)
+                yield list(chunk_ids), list(row_hashes)
+
     def _column(self, name: str, values: Sequence, schema: pa.Schema) -> pa.Array:
         if name != 'embedding':
             return pa.array(values, schema.field(name).type)

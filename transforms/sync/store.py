@@ -156,6 +156,11 @@ class Store(abc.ABC):
     def scan(self, columns: Sequence[str], batch_rows: int) -> Iterator[pa.Table]:
         """Every row of the table, `columns` only, a bounded batch at a time."""
 
+    def scan_hashes(self, page_rows: int) -> Iterator[tuple[list, list]]:
+        """`(chunk ids, row hashes)` of every row, a page at a time, as Python lists (a store may skip Arrow)."""
+        for table in self.scan(('chunk_id', 'row_hash'), page_rows):
+            yield table.column('chunk_id').to_pylist(), table.column('row_hash').to_pylist()
+
     def null_vector_ids(self) -> list[str]:
         """The chunk ids of rows without a vector (none where the schema forbids it)."""
         return []

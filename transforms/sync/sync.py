@@ -164,14 +164,15 @@ class Held:
 def read_store(store: Store, batch_rows: int, deep: bool) -> Held:
     """Every row the store holds: its row_hash, or (`deep`) a digest of its content."""
     held = Held()
-    columns = rows.CONTENT_COLUMNS if deep else ('chunk_id', rows.ROW_HASH)
-    for table in store.scan(columns, batch_rows if deep else max(batch_rows, HASH_PAGE_ROWS)):
-        digests = rows.content_digests(table) if deep else table.column(rows.ROW_HASH).to_pylist()
-        held.add(table.column('chunk_id').to_pylist(), digests)
-    if not deep:
-        for chunk_id in store.null_vector_ids():
-            if chunk_id in held.hashes:
-                held.hashes[chunk_id] = None  # never a row's hash: rewritten
+    if deep:
+        for table in store.scan(rows.CONTENT_COLUMNS, batch_rows):
+            held.add(table.column('chunk_id').to_pylist(), rows.content_digests(table))
+        return held
+    for chunk_ids, row_hashes in store.scan_hashes(max(batch_rows, HASH_PAGE_ROWS)):
+        held.add(chunk_ids, row_hashes)
+    for chunk_id in store.null_vector_ids():
+        if chunk_id in held.hashes:
+            held.hashes[chunk_id] = None  # never a row's hash: rewritten
     return held
 
 
