@@ -1,9 +1,10 @@
 """Sync job: make a vector store hold exactly the kept rows of a published run.
 
-`ragsieve sync --index ROOT --to lancedb://PATH` (or `postgresql://...`)
-syncs the run LATEST names (or a plain build's directory); `--verify` only
-reports drift. The last line says what was written:
-`upserted N, deleted N, unchanged N in S s`.
+`ragsieve sync --index ROOT --to lancedb://PATH` (or `postgresql://...`,
+`milvus://...`) syncs the run LATEST names (or a plain build's directory),
+once the run is checked and while it holds the store's lock (a second sync
+is refused, or waits with `--wait`); `--verify` only reports drift. The last
+line says what was written: `upserted N, deleted N, unchanged N in S s`.
 """
 
 from __future__ import annotations
