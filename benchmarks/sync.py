@@ -1,7 +1,8 @@
 """Sync throughput per store against the store's own bulk load, and what a nightly sync costs.
 
 Writes a synthetic run of --rows chunks (random unit 384-d vectors, ~600
-characters of text each, in the chunks/ layout of a real build) and a second
+characters of text each, in the chunks/ layout of a real build, with its
+Flat FAISS index) and a second
 run in which --changed of the rows have new text and vectors. For each store
 it measures, in one process: the floor (the store's own bulk-load path into
 an empty table: LanceDB `create_table` from Arrow, PostgreSQL one binary
@@ -32,7 +33,7 @@ WORDS = ('river', 'stone', 'lamp', 'orbit', 'garden', 'copper', 'violin', 'harbo
 
 def make_run(directory: str, run_id: str, n: int, changed: set, seed: int = 0, num_shards: int = 16) -> None:
     """A run directory with chunks/ and a manifest, as a build writes them."""
-    from transforms.output import tables, writers
+    from transforms.output import indexes, tables, writers
 
     rng = np.random.default_rng(seed)
     vectors = rng.normal(size=(n, DIM)).astype(np.float32)
@@ -56,6 +57,7 @@ def make_run(directory: str, run_id: str, n: int, changed: set, seed: int = 0, n
         })
     os.makedirs(directory, exist_ok=True)
     writers.write_parts(rows, tables.CHUNKS_TABLE, os.path.join(directory, tables.CHUNKS_DIR), num_shards)
+    indexes.write_faiss(n, directory, DIM, indexes.IndexConfig())  # the build's default Flat index
     manifest = {'run_id': run_id, 'counts': {'chunks': n, 'deltas': 0}, 'model': {'dim': DIM}}
     with open(os.path.join(directory, tables.MANIFEST_FILE), 'w') as f:
         json.dump(manifest, f)
@@ -80,7 +82,7 @@ def floor_seconds(store: str, uri: str, run: str) -> float:
         from transforms.sync.milvus_store import MilvusStore
 
         floor = MilvusStore(uri + '?table=floor')
-        floor.prepare(dim)
+        floor.prepare(dim, create=True)
         records = table.drop_columns(['embedding']).to_pylist()
         for record, vector in zip(records, rows.vector_matrix(table.column('embedding'))):
             record['embedding'] = vector.tolist()

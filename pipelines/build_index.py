@@ -249,8 +249,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     if config.sync:
         from pipelines import sync
 
-        # After publishing: a store that cannot be written leaves the index published, and says so.
-        print(sync.sync(config.output, config.sync).line())
+        # After publishing: a store that cannot be written leaves the index published, and says so (exit 4).
+        print(sync.sync_published(config.output, config.sync, manifest['run_id']).line())
     return manifest
 
 

@@ -24,6 +24,7 @@ from transforms.dedup.stage_parts import counter_namespace
 from transforms.features import kernels
 from transforms.lineage import lossless, represents
 from transforms.output import changes, snapshots, tables
+from transforms.sync.store import masked
 from transforms.types import DELTA
 
 LOG = logging.getLogger('ragsieve.build')
@@ -166,6 +167,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
         # attempted values only (a retried task would count twice); the other runners commit.
         counters[key] = counters.get(key, 0) + (r.committed if r.committed is not None else r.attempted)
     resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
+    if resolved.get('sync'):
+        resolved['sync'] = masked(resolved['sync'])  # the manifest and report.html carry no password
     reasons = [d['reason'] for d in dropped]
     lineage = represents.report(chunk_rows, dropped)
     filters = []

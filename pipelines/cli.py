@@ -44,15 +44,19 @@ EXIT_CODES = {
                  'Report it with the command line and the traceback.'),
     FAILED: ('One line `ragsieve COMMAND: error: ...` says what cannot be used: a flag (named), a config file '
              'value (the file and key), an input, an output or index (the file), a file that cannot be '
-             'written (its path: a full disk, a permission), an output another build holds. Nothing was '
-             'published; the index published before is left as it was.',
-             'Fix what the line names and run again. `RAGSIEVE_TRACEBACK=1` adds the traceback.'),
-    DRIFT: ('`ragsieve sync --verify`: the store differs from the run (rows missing, extra or stale, or its '
-            'marker names another run); the line counts them, with examples.',
+             'written (its path: a full disk, a permission), an output another build holds, a store another '
+             'sync holds (named), a damaged run or a store table that is not ragsieve\'s (`ragsieve sync`, '
+             'which then changed nothing). Nothing was published; the index published before is left as it was.',
+             'Fix what the line names and run again (`ragsieve sync --wait SECONDS` waits for the other sync). '
+             '`RAGSIEVE_TRACEBACK=1` adds the traceback.'),
+    DRIFT: ('`ragsieve sync --verify`: the store differs from the run (rows missing, extra, stale, held twice '
+            'or without an id, or its marker names another run or is not ragsieve\'s); the line counts them, '
+            'with examples.',
             'Run `ragsieve sync` without --verify: it converges from any state.'),
-    SYNC_FAILED: ('`ragsieve sync` (or `build --sync`): a batch still failed after its retries; the line names '
-                  'the ids. The store\'s marker still names the run it had; a build with --sync published.',
-                  'Fix the store (space, permissions, the server) and run the sync again.'),
+    SYNC_FAILED: ('`ragsieve sync`: a batch still failed after its retries (the line names the ids), or the '
+                  'sync lost its lock to another; the store\'s marker still names the run it had. '
+                  '`build --sync`: the run is published, and its sync failed for any reason (the line says why).',
+                  'Fix the store (space, permissions, the server) and run `ragsieve sync` again.'),
     REFUSED: ('`ragsieve build`: the run is complete but a publish gate refused it (docs/operations.md, '
               '"Publish gates"); stderr names each failed gate with its figures. LATEST, or the plain '
               '--output, is left as it was; a plain build is kept in OUTPUT.refused.',

@@ -1,22 +1,26 @@
 """Sync job: make a vector store hold exactly the kept rows of a published run.
 
-`ragsieve sync --index ROOT --to lancedb://PATH` (or `postgresql://...`)
-syncs the run LATEST names (or a plain build's directory); `--verify` only
-reports drift. The last line says what was written:
-`upserted N, deleted N, unchanged N in S s`.
+`ragsieve sync --index ROOT --to lancedb://PATH` (or `postgresql://...`,
+`milvus://...`) syncs the run LATEST names (or a plain build's directory),
+once the run is checked and while it holds the store's lock (a second sync
+is refused, or waits with `--wait`); `--verify` only reports drift. The last
+line says what was written: `upserted N, deleted N, unchanged N in S s`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from typing import Optional, Sequence
 
 from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
+from transforms.output.digests import check_files
+from transforms.sync import run_check
 from transforms.sync import store as stores
-from transforms.sync.sync import DEFAULT_BATCH_ROWS, Report, SyncError, sync_run
+from transforms.sync.sync import DEFAULT_BATCH_ROWS, HASH_PAGE_ROWS, MAX_BATCH_ROWS, Report, SyncError, sync_run
 
 LOG = logging.getLogger('ragsieve.sync')
 
@@ -39,32 +43,44 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument('--index', type=str, required=True,
                    help='A versioned root (its LATEST run is synced) or a plain build\'s directory.')
     p.add_argument('--to', type=str, required=True,
-                   help='The store: lancedb://PATH or postgresql://USER@HOST:PORT/DB, with ?table=NAME '
-                        f'(default {stores.DEFAULT_TABLE}).')
+                   help='The store: lancedb://PATH, postgresql://USER@HOST:PORT/DB or milvus://PATH.db, with '
+                        f'?table=NAME (default {stores.DEFAULT_TABLE}); LanceDB also takes ?keep_versions=N.')
     p.add_argument('--verify', action='store_true',
-                   help=f'Only report rows missing from, extra in or stale in the store, comparing what it '
-                        f'holds, vectors included (exit {DRIFT} if any).')
+                   help=f'Only report rows missing from, extra in, stale in or duplicated in the store, comparing '
+                        f'what it holds, vectors included (exit {DRIFT} if any). Writes nothing and takes no lock.')
     p.add_argument('--deep', action='store_true',
                    help='Compare what the store holds, vectors included, rather than its row hashes: also '
                         'repairs rows edited in the store by hand (reads every row of the store).')
+    p.add_argument('--wait', type=float, default=0.0,
+                   help='Seconds to wait for another sync of the same store to finish; by default a second sync '
+                        'is refused at once, naming the one that holds the store.')
     p.add_argument('--batch_rows', type=int, default=DEFAULT_BATCH_ROWS,
-                   help='Rows per upsert, per delete and per page read from the store.')
+                   help=f'Rows per upsert, per delete and per page of rows read from the store with their '
+                        f'vectors (1 to {MAX_BATCH_ROWS}; ids and hashes are read {HASH_PAGE_ROWS:,} at a time).')
     p.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
     return p
 
 
 def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS,
-         progress: bool = False, deep: bool = False) -> Report:
+         progress: bool = False, deep: bool = False, wait: float = 0.0) -> Report:
     """Syncs (or verifies) the run `index` resolves to into the store at `uri`; returns the report.
 
+    The run is checked before the store is opened; a sync (not `verify`)
+    holds the store's lock while it reads and writes it.
+
     Raises:
-      ValueError: For a bad URI, a missing client library or an unreadable run.
+      ValueError: For a bad URI or flag, a missing client library, a damaged
+        run, a store whose schema is not ragsieve's, or one another sync holds.
       DriftFound: With `verify`, when the store differs from the run.
       SyncFailed: When a batch failed after its retries.
     """
-    if batch_rows < 1:
-        raise ValueError(f'--batch_rows must be >= 1, got {batch_rows}')
+    if not 1 <= batch_rows <= MAX_BATCH_ROWS:
+        raise ValueError(f'--batch_rows must be 1 to {MAX_BATCH_ROWS}, got {batch_rows}')
+    if not wait >= 0:
+        raise ValueError(f'--wait must be >= 0 seconds, got {wait}')
     directory = snapshots.resolve_index(index)
+    check_files(directory)  # the run holds the files its build wrote
+    run = run_check.checked_run(directory)
     store = stores.open_store(uri)
     bar = None
     if progress and sys.stderr.isatty():
@@ -72,19 +88,41 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
 
         bar = tqdm(desc='sync', unit='rows', file=sys.stderr)
     try:
-        report = sync_run(store, directory, verify=verify, deep=deep, batch_rows=batch_rows,
-                          progress=bar.update if bar else None)
+        with contextlib.ExitStack() as held:
+            if not verify:
+                held.enter_context(store.lock(wait, f'run {run.run_id}'))
+            report = sync_run(store, run, verify=verify, deep=deep, batch_rows=batch_rows,
+                              progress=bar.update if bar else None)
     except SyncError as e:
-        raise SyncFailed(f'{e}; the store still reflects its previous run') from e
+        raise SyncFailed(f'{store.shown}: {e}; the store still reflects its previous run') from e
+    except ValueError as e:
+        if not store.secrets:
+            raise
+        raise ValueError(store.redact(str(e))) from None
     finally:
         if bar:
             bar.close()
         store.close()
+    if report.rejected:
+        LOG.warning('%s', report.rejected_line())
     if verify:
         if not report.drift.none:
-            raise DriftFound(f'{uri} differs from run {report.run_id}: {report.drift.line(report.run_id)}')
-        LOG.info('%s holds run %s exactly (%d rows)', uri, report.run_id, report.unchanged)
+            raise DriftFound(f'{store.shown} differs from run {report.run_id}: {report.drift.line(report.run_id)}')
+        LOG.info('%s holds run %s exactly (%d rows)', store.shown, report.run_id, report.unchanged)
     return report
+
+
+def sync_published(index: str, uri: str, run_id: str) -> Report:
+    """`build --sync`: syncs the run just published; any failure says the run is published (exit 4).
+
+    Raises:
+      SyncFailed: Whatever kept the sync from finishing (a store that cannot
+        be reached, another sync holding it, a batch that failed).
+    """
+    try:
+        return sync(index, uri)
+    except (SyncFailed, ValueError, OSError) as e:
+        raise SyncFailed(f'run {run_id} is published, but its sync into {stores.masked(uri)} failed: {e}') from e
 
 
 def run(argv: Optional[Sequence[str]] = None) -> Report:
@@ -92,9 +130,11 @@ def run(argv: Optional[Sequence[str]] = None) -> Report:
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
     LOG.setLevel(logging.INFO)
     args = parser().parse_args(argv)
-    report = sync(args.index, args.to, args.verify, args.batch_rows, progress=not args.no_progress, deep=args.deep)
+    report = sync(args.index, args.to, args.verify, args.batch_rows, progress=not args.no_progress, deep=args.deep,
+                  wait=args.wait)
     if args.verify:
-        print(f'no drift: {report.unchanged} rows of run {report.run_id}')
+        rejected = f' ({len(report.rejected)} more it cannot hold)' if report.rejected else ''
+        print(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
     else:
         print(report.line())
     return report

@@ -637,6 +637,145 @@ def sdk_workers(daemon) -> list[int]:
 
     found = subprocess.run(['pgrep', '-P', str(daemon.pid), '-f', 'sdk_worker_main'], capture_output=True, text=True)
     return [int(pid) for pid in found.stdout.split()]
+
+
+# --- vector stores, synced -------------------------------------------------------------
+
+
+def row_digests(table: pa.Table) -> dict:
+    """`{chunk_id: digest of its fields and vector bytes}` of a table of store rows."""
+    from transforms.sync import rows as sync_rows
+
+    return dict(zip(table.column('chunk_id').to_pylist(), sync_rows.content_digests(table)))
+
+
+def store_rows(uri: str) -> pa.Table:
+    """Every row a store holds, read back with its own client (through the store's scan)."""
+    from transforms.sync import rows as sync_rows
+    from transforms.sync.store import open_store
+
+    empty = sync_rows.store_schema(384).empty_table().select(list(sync_rows.CONTENT_COLUMNS))
+    store = open_store(uri)
+    try:
+        if not store.prepare(384, create=False):
+            return empty
+        return pa.concat_tables([empty, *(t.cast(empty.schema) for t in store.scan(sync_rows.CONTENT_COLUMNS, 100))])
+    finally:
+        store.close()
+
+
+def store_digests(uri: str) -> dict:
+    """What a store holds, read back from it: ids, content and vector bits, as digests."""
+    return row_digests(store_rows(uri))
+
+
+def run_digests(run) -> dict:
+    """What a store must hold for `run` (a run's directory), from its chunks/."""
+    from transforms.sync import rows as sync_rows
+
+    return row_digests(tables.read_table(str(Path(run) / 'chunks'), sync_rows.CONTENT_COLUMNS))
+
+
+def sync_into(uri: str, run, **kwargs):
+    """`sync.sync_run` of the run at `run` into the store at `uri`, as the job calls it (without its lock)."""
+    from transforms.sync import sync
+    from transforms.sync.run_check import checked_run
+    from transforms.sync.store import open_store
+
+    store = open_store(uri)
+    try:
+        return sync.sync_run(store, checked_run(str(run)), **kwargs)
+    finally:
+        store.close()
+
+
+def drift_of(uri: str, run):
+    """What `--verify` finds between the store and the run."""
+    return sync_into(uri, run, verify=True).drift
+
+
+def edited_run(source: Path, target: Path, edit, manifest_follows: bool = True) -> Path:
+    """A copy of the run at `source` whose chunks/ parts went through `edit(part_table, shard) -> part_table`.
+
+    With `manifest_follows`, the manifest's counts say what the parts hold
+    (a run the build could have written); without, they stay the source's.
+    """
+    import json
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    shutil.copytree(source, target)
+    total = 0
+    for shard, path in enumerate(sorted((target / 'chunks').glob('part-*.parquet'))):
+        part = edit(pq.read_table(path), shard)
+        pq.write_table(part, path, compression='zstd')
+        total += part.num_rows
+    manifest = json.loads((target / 'manifest.json').read_text())
+    if manifest_follows:
+        manifest['counts'] = {**manifest['counts'], 'chunks': total - manifest['counts']['deltas']}
+    manifest['run_id'] = target.name
+    (target / 'manifest.json').write_text(json.dumps(manifest))
+    return target
+
+
+def resharded(run: Path, target: Path, num_shards: int) -> Path:
+    """The run at `run` written again in `num_shards` parts, with its Flat index, by the build's writers."""
+    import shutil
+
+    from transforms.output import indexes, writers
+
+    shutil.copytree(run, target, ignore=shutil.ignore_patterns('chunks', 'index'))
+    chunks = tables.read_table(str(run / 'chunks'))
+    writers.write_parts(chunks.to_pylist(), tables.CHUNKS_TABLE, str(target / 'chunks'), num_shards)
+    indexes.write_faiss(chunks.num_rows, str(target), len(chunks.column('embedding')[0]), indexes.IndexConfig())
+    return target
+
+
+def with_values(part: pa.Table, column: str, values: dict) -> pa.Table:
+    """`part` with `column` of the rows at the given positions replaced (`{position: value}`)."""
+    found = part.column(column).to_pylist()
+    for position, value in values.items():
+        found[position] = value
+    return part.set_column(part.schema.get_field_index(column), column, pa.array(found, part.schema.field(column).type))
+
+
+def tree_digest(directory: Path) -> str:
+    """The names and bytes of every file under `directory`: a store's files, before and after."""
+    import hashlib
+
+    digest = hashlib.blake2b()
+    for path in sorted(p for p in directory.rglob('*') if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def journaled_sync(journal: str, argv: Sequence[str]) -> int:
+    """`ragsieve sync ARGV` in this process, appending `pid start end` of its writing to `journal`.
+
+    The concurrency test runs this in many processes at once: the journal
+    shows whether two ever wrote together. Only the journal is added; the
+    sync, its lock and the store are the real ones.
+    """
+    import time
+
+    from pipelines import cli
+    from pipelines import sync as sync_job
+
+    real = sync_job.sync_run
+
+    def journaled(*args, **kwargs):
+        started = time.time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with open(journal, 'a') as f:
+                f.write(f'{os.getpid()} {started:.6f} {time.time():.6f}\n')
+
+    sync_job.sync_run = journaled
+    return cli.run_and_report('sync', sync_job.run, list(argv))
+
+
 # --- a full disk -----------------------------------------------------------------------
 
 

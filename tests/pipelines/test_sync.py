@@ -1,14 +1,17 @@
-"""The sync job end to end: its last line and exit codes, kills at every step, `build --sync`."""
+"""The sync job end to end: its last line and exit codes, kills at every step, one writer at a time, `build --sync`."""
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from pipelines import build_index, cli
 from pipelines import sync as sync_job
-from tests.helpers import REPO
+from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests
 from transforms.output import publish
 from transforms.sync import rows
 from transforms.sync.store import open_store
@@ -23,16 +26,6 @@ def sync_cli(capsys, *argv):
     code = cli.main(['sync', *argv])
     out = capsys.readouterr()
     return code, out.out.strip().splitlines(), out.err
-
-
-def drift_of(uri, run):
-    store = open_store(uri)
-    try:
-        from transforms.sync.sync import sync_run
-
-        return sync_run(store, str(run), verify=True).drift
-    finally:
-        store.close()
 
 
 def test_last_line_counts_and_verify_exit_codes(store_uri, synced_runs, capsys):
@@ -100,3 +93,95 @@ def test_a_run_whose_files_are_not_its_builds_is_refused_before_the_store_is_wri
         assert store.read_marker() is None
     finally:
         store.close()
+
+
+def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, synced_runs, capsys):
+    _, r1, _ = synced_runs
+    first = open_store(store_uri)
+    held = first.lock(0, 'run r0')
+    held.__enter__()
+    code, out, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--no_progress')
+    assert code == cli.FAILED and not out and len(err.strip().splitlines()) == 1
+    assert err.startswith(f'ragsieve sync: error: {store_uri}') and 'is being synced by pid ' in err
+    assert '(run r0)' in err or '(ragsieve sync pid ' in err  # a lock file, or PostgreSQL's application_name
+    code, _, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--verify')
+    assert code == sync_job.DRIFT and 'is being synced' not in err  # --verify takes no lock
+    release = threading.Timer(1.0, held.__exit__, (None, None, None))
+    release.start()
+    started = time.monotonic()
+    code, out, _ = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--no_progress', '--wait', '60')
+    assert code == 0 and out[-1].startswith('upserted ') and time.monotonic() - started >= 0.9
+    release.join()
+    first.close()
+
+
+@pytest.mark.parametrize('flags, problem', [
+    (('--to', 'lancedb://'), 'names no directory'),
+    (('--to', 'lancedb:///tmp/x?table='), r'\?table= must name one table'),
+    (('--to', 'lancedb:///tmp/x', '--batch_rows', str(10 ** 9)), '--batch_rows must be 1 to 100000'),
+    (('--to', 'lancedb:///tmp/x', '--wait', '-1'), '--wait must be >= 0'),
+    (('--to', 'postgresql://app:hunter2@127.0.0.1:{port}/db'), 'cannot connect to postgresql://app:\\*\\*\\*@'),
+])
+def test_a_bad_store_or_flag_is_one_line(synced_runs, capsys, flags, problem):
+    _, r1, _ = synced_runs
+    flags = tuple(f.format(port=free_port()) for f in flags)
+    code, out, err = sync_cli(capsys, '--index', str(r1), *flags)
+    assert code == cli.FAILED and len(err.strip().splitlines()) == 1, err
+    assert err.startswith('ragsieve sync: error: ') and 'hunter2' not in err
+    assert __import__('re').search(problem, err), err
+
+
+def test_a_password_is_in_no_line(postgres_uri, synced_runs, capsys):
+    root, r1, _ = synced_runs
+    uri = f'{postgres_uri}?table=t_secret'.replace('postgres@', 'postgres:hunter2@')  # trust takes any password
+    printed = []
+    for flags in ((), ('--verify',)):
+        code, out, err = sync_cli(capsys, '--index', str(root), '--to', uri, *flags)
+        printed += out + [err]
+    code, out, err = sync_cli(capsys, '--index', str(r1), '--to', uri, '--verify')
+    printed += out + [err]
+    assert code == sync_job.DRIFT and 'postgres:***@' in err
+    assert not [line for line in printed if 'hunter2' in line]
+
+
+def test_build_with_a_failing_sync_exits_4_and_says_the_run_is_published(tmp_path, capsys):
+    uri = f'postgresql://app:hunter2@127.0.0.1:{free_port()}/rag'  # no server there
+    root = tmp_path / 'index'
+    code = cli.main(['build', '--input', str(REPO / 'sample_corpus'), '--output', str(root), '--chunk_size', '64',
+                     '--versioned', '--run_id', 'r1', '--sync', uri])
+    captured = capsys.readouterr()
+    assert code == cli.SYNC_FAILED == 4
+    line = captured.err.strip().splitlines()[-1]
+    assert line.startswith('ragsieve build: run r1 is published, but its sync into postgresql://app:***@127.0.0.1:')
+    assert 'cannot connect' in line and 'hunter2' not in captured.err + captured.out
+    assert (root / 'LATEST').read_text().strip() == 'r1'
+    manifest = json.loads((root / 'runs' / 'r1' / 'manifest.json').read_text())
+    assert manifest['config']['sync'] == uri.replace('hunter2', '***')
+    assert 'hunter2' not in (root / 'runs' / 'r1' / 'report.html').read_text()
+
+
+def test_ten_concurrent_syncs_of_mixed_runs_write_one_at_a_time(store_uri, synced_runs, tmp_path):
+    _, r1, r2 = synced_runs
+    journal = tmp_path / 'journal'
+    runs = [r1 if i % 2 else r2 for i in range(10)]
+    command = ('import sys; from tests.helpers import journaled_sync; '
+               'sys.exit(journaled_sync(sys.argv[1], sys.argv[2:]))')
+    processes = [subprocess.Popen([sys.executable, '-c', command, str(journal), '--index', str(run), '--to', store_uri,
+                                   '--wait', '600', '--no_progress'], cwd=REPO, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env={**os.environ, 'PYTHONPATH': str(REPO)})
+                 for run in runs]
+    results = [(p.pid, run, *p.communicate()) for p, run in zip(processes, runs)]
+    for process, (_, _, out, err) in zip(processes, results):
+        assert process.returncode == 0, err[-3000:]
+        assert out.strip().splitlines()[-1].startswith('upserted ') and 'Traceback' not in err
+    written = sorted((float(start), float(end), int(pid)) for pid, start, end in
+                     (line.split() for line in journal.read_text().splitlines()))
+    assert len(written) == 10
+    for (_, end, _), (start, _, _) in zip(written, written[1:]):
+        assert end <= start  # exactly one wrote at a time
+    last = {pid: run for pid, run, _, _ in results}[written[-1][2]]
+    store = open_store(store_uri)
+    store.prepare(384, create=False)
+    assert store.read_marker()['run_id'] == last.name
+    store.close()
+    assert drift_of(store_uri, last).none and store_digests(store_uri) == run_digests(last)

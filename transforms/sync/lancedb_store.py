@@ -1,19 +1,32 @@
-"""LanceDB, the embedded default: `lancedb://PATH[?table=NAME]`, no server, Arrow in and out."""
+"""LanceDB, the embedded default: `lancedb://PATH[?table=NAME]`, no server, Arrow in and out.
+
+The sync lock is `NAME.sync-lock` in the store's directory. Lance does not
+enforce keys, so a table may hold an id twice, and one made by an earlier
+ragsieve NULL ids or vectors: the sync finds and repairs them.
+Every write is a Lance commit, a version of its own; once a sync leaves
+the table with more than `?keep_versions=` (default `KEEP_VERSIONS`), it
+compacts the table and keeps the newest half of them.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
-from typing import Iterator, Optional, Sequence
+import os
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from transforms.sync import rows
+from transforms.sync import locks, rows
 from transforms.sync.store import Store, StoreError
 
 MARKER_SUFFIX = '_sync'
+LOCK_SUFFIX = '.sync-lock'
+KEEP_VERSIONS = 20
 # Ids per delete predicate: Lance parses the IN list as SQL.
 _DELETE_IDS = 1000
+_MARKER_SCHEMA = pa.schema([('marker', pa.string())])
 
 
 def _quoted(chunk_id: str) -> str:
@@ -24,34 +37,72 @@ class LanceDBStore(Store):
     """A LanceDB table; upserts are one `merge_insert` on chunk_id, each a commit of its own."""
 
     SCHEMES = ('lancedb',)
+    OPTIONS = ('keep_versions',)
 
     def __init__(self, uri: str):
         super().__init__(uri)
         try:
-            import lancedb
+            import lancedb  # noqa: F401
         except ImportError:
             raise ValueError("lancedb:// needs the LanceDB client: pip install 'ragsieve[lancedb]'") from None
-        self._db = lancedb.connect(self.target)
+        if self.target.strip('/') == '':
+            raise StoreError(f'{self.shown} names no directory: lancedb://PATH (lancedb:///abs/path or '
+                             'lancedb://relative/path)')
+        if os.path.isfile(self.target):
+            raise StoreError(f'{self.shown}: {self.target} is a file, not a LanceDB directory')
+        keep = self.options.get('keep_versions', str(KEEP_VERSIONS))
+        if not keep.isdigit() or int(keep) < 1:
+            raise StoreError(f'{self.shown}: ?keep_versions= must be a whole number >= 1, got {keep!r}')
+        self.keep_versions = int(keep)
+        self._connection = None
         self._table = None
 
+    @property
+    def _db(self):
+        if self._connection is None:
+            import lancedb
+
+            self._connection = lancedb.connect(self.target)  # creates the directory: only once writing
+        return self._connection
+
     def _names(self) -> set:
+        if self._connection is None and not os.path.isdir(self.target):
+            return set()
         result = self._db.list_tables()
         return set(getattr(result, 'tables', result))
 
-    def prepare(self, dim: int) -> None:
+    def lock(self, wait: float, holder: str):
+        return locks.file_lock(os.path.join(self.target, self.table + LOCK_SUFFIX), self.shown, wait, holder)
+
+    def prepare(self, dim: int, create: bool) -> bool:
         schema = rows.store_schema(dim)
-        if self.table in self._names():
+        names = self._names()
+        marker = self.table + MARKER_SUFFIX
+        if marker in names and self._db.open_table(marker).schema != _MARKER_SCHEMA:
+            raise StoreError(f'{self.shown}: table {marker!r} is not a ragsieve marker (its columns: '
+                             f'{self._db.open_table(marker).schema.names}); drop it or sync into another ?table=')
+        if self.table in names:
             self._table = self._db.open_table(self.table)
-            if self._table.schema != schema:
-                raise StoreError(f'{self.target}: table {self.table!r} has columns {self._table.schema}, not the '
-                                 f'{dim}-dimensional rows of ragsieve; sync into another ?table=')
-        else:
-            self._table = self._db.create_table(self.table, schema=schema)
+            difference = rows.schema_difference(self._table.schema, schema)
+            if difference:
+                raise StoreError(f'{self.shown}: table {self.table!r} is not the {dim}-dimensional rows of '
+                                 f'ragsieve ({difference}); drop it or sync into another ?table=')
+            return True
+        if create:
+            self._table = self._db.create_table(self.table, schema=_new_table_schema(dim))
+            return True
+        return False
 
     def scan(self, columns: Sequence[str], batch_rows: int) -> Iterator[pa.Table]:
         reader = self._table.search().select(list(columns)).limit(None).to_batches(batch_rows)
         for batch in reader:
             yield pa.Table.from_batches([batch])
+
+    def null_vector_ids(self) -> list[str]:
+        if not self._table.schema.field('embedding').nullable:
+            return []  # Lance refuses them
+        hits = self._table.search().where('embedding IS NULL').select(['chunk_id']).limit(None).to_arrow()
+        return hits.column('chunk_id').to_pylist()
 
     def upsert(self, table: pa.Table) -> None:
         (self._table.merge_insert('chunk_id').when_matched_update_all().when_not_matched_insert_all()
@@ -62,26 +113,70 @@ class LanceDBStore(Store):
             ids = ', '.join(_quoted(c) for c in chunk_ids[start:start + _DELETE_IDS])
             self._table.delete(f'chunk_id IN ({ids})')
 
+    def delete_null_keys(self) -> None:
+        self._table.delete('chunk_id IS NULL')
+
     def _marker_table(self):
         name = self.table + MARKER_SUFFIX
-        if name in self._names():
-            return self._db.open_table(name)
-        return None
+        return self._db.open_table(name) if name in self._names() else None
 
-    def read_marker(self) -> Optional[dict]:
+    def read_marker(self) -> Any:
         table = self._marker_table()
         if table is None or table.count_rows() == 0:
             return None
-        return json.loads(table.to_arrow().column('marker')[0].as_py())
+        values = table.to_arrow().column('marker').to_pylist()
+        if len(values) != 1 or values[0] is None:
+            return values
+        try:
+            return json.loads(values[0])
+        except ValueError:
+            return values[0]
 
     def write_marker(self, marker: dict) -> None:
-        data = pa.table({'marker': [json.dumps(marker, sort_keys=True)]})
+        data = pa.table({'marker': [json.dumps(marker, sort_keys=True)]}, schema=_MARKER_SCHEMA)
         # One row, replaced whole: `mode='overwrite'` is one commit.
-        self._db.create_table(self.table + MARKER_SUFFIX, data=data, mode='overwrite')
+        exists = self._marker_table() is not None
+        self._db.create_table(self.table + MARKER_SUFFIX, data=data, mode='overwrite' if exists else 'create')
 
     def search(self, vector: np.ndarray, k: int) -> list[str]:
         hits = self._table.search(np.asarray(vector, np.float32)).metric('dot').limit(k).select(['chunk_id'])
         return [row['chunk_id'] for row in hits.to_list()]
+
+    def upkeep(self, changed: int, rows: int) -> None:
+        for table in (self._table, self._marker_table()):
+            if table is not None:
+                prune(table, self.keep_versions)
+
+
+def _new_table_schema(dim: int) -> pa.Schema:
+    """The rows' schema, with ids and vectors NOT NULL: Lance refuses NULLs there, and no sync looks for them.
+
+    Tables made by earlier versions allow them; a sync finds and repairs them there.
+    """
+    schema = rows.store_schema(dim)
+    for name in ('chunk_id', 'embedding'):
+        schema = schema.set(schema.get_field_index(name), schema.field(name).with_nullable(False))
+    return schema
+
+
+def prune(table, keep: int) -> bool:
+    """Once `table` holds more than `keep` versions, compacts it and keeps the newest `keep // 2`; returns if it did.
+
+    Compaction rewrites the table (a first sync's 100 commits become one
+    fragment), so it runs when the versions overflow, not after every sync:
+    half of `keep` is left for the syncs to come. Files of killed syncs go
+    too (`delete_unverified`): the sync lock is held, so no sync is writing.
+    """
+    if len(table.list_versions()) <= keep:
+        return False
+    table.optimize(cleanup_older_than=datetime.timedelta(days=36500))  # compaction alone
+    kept = max(1, keep // 2)
+    versions = sorted(v['timestamp'] for v in table.list_versions())
+    if len(versions) > kept:
+        # Cleanup takes an age, measured from when it runs: every version up to the newest `kept` is older.
+        age = datetime.datetime.now() - versions[-kept - 1]
+        table.optimize(cleanup_older_than=max(age, datetime.timedelta(milliseconds=1)), delete_unverified=True)
+    return True
 
 
 STORE = LanceDBStore

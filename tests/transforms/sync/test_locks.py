@@ -1,0 +1,81 @@
+"""The lock file of LanceDB and Milvus Lite: held, refused naming its holder, waited for, freed by a killed holder."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.helpers import REPO
+from transforms.sync import locks
+from transforms.sync.store import LockHeld
+
+HOLD = ('import sys, time\n'
+        'from transforms.sync.locks import file_lock\n'
+        'with file_lock(sys.argv[1], "the store", 0, "run r9"):\n'
+        '    print("held", flush=True)\n'
+        '    time.sleep(120)\n')
+
+
+def holder_process(path):
+    """Another process holding the lock at `path`, once it says so."""
+    process = subprocess.Popen([sys.executable, '-c', HOLD, str(path)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, 'PYTHONPATH': str(REPO)})
+    assert process.stdout.readline().strip() == 'held'
+    return process
+
+
+def test_a_second_sync_is_refused_naming_the_holder(tmp_path):
+    path = tmp_path / 'store' / 't.sync-lock'
+    with locks.file_lock(str(path), 'lancedb:///x', 0, 'run r1'):
+        with pytest.raises(LockHeld) as refused:
+            with locks.file_lock(str(path), 'lancedb:///x', 0, 'run r2'):
+                pass
+    line = str(refused.value)
+    assert line.startswith(f'lancedb:///x is being synced by pid {os.getpid()} on host ')
+    assert '(run r1)' in line and '--wait SECONDS' in line and '\n' not in line
+    with locks.file_lock(str(path), 'lancedb:///x', 0, 'run r2'):  # released
+        assert 'run r2' in path.read_text()
+    assert path.read_text() == ''  # a released lock names nobody
+
+
+def test_a_sync_waits_for_the_holder_with_wait(tmp_path):
+    path = str(tmp_path / 't.sync-lock')
+    released = threading.Event()
+
+    def hold():
+        with locks.file_lock(path, 'the store', 0, 'run r1'):
+            started.set()
+            time.sleep(1.0)
+        released.set()
+
+    started = threading.Event()
+    threading.Thread(target=hold).start()
+    started.wait()
+    with pytest.raises(LockHeld, match=r'after waiting 0\.3 s'):
+        with locks.file_lock(path, 'the store', 0.3, 'run r2'):
+            pass
+    with locks.file_lock(path, 'the store', 30, 'run r2'):
+        assert released.is_set()
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path):
+    path = tmp_path / 't.sync-lock'
+    holder = holder_process(path)
+    with pytest.raises(LockHeld, match=rf'pid {holder.pid} .*\(run r9\)'):
+        with locks.file_lock(str(path), 'the store', 0, 'run r1'):
+            pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert path.read_text()  # what the killed holder wrote is left, but holds nothing
+    with locks.file_lock(str(path), 'the store', 0, 'run r1'):
+        pass
+
+
+def test_a_holder_is_described_escaped():
+    record = {'pid': 12, 'host': 'evil\x1b[2J\nhost', 'since': '2026-01-01T00:00:00Z', 'syncing': 'run r1'}
+    assert locks.describe_holder(record) == 'pid 12 on host evil\\x1b[2J\\nhost since 2026-01-01T00:00:00Z (run r1)'
+    assert locks.describe_holder(None).startswith('another sync')
