@@ -140,6 +140,7 @@ def fetch(engine: Engine) -> Path:
     classpath = sorted(f'lib/{p.name}' for p in lib.glob('*.jar'))
     if engine is SPARK:
         classpath = spark_classpath(target, classpath)
+        link_jars(executor_jars(), [p for p in sorted(lib.glob('*.jar')) if not p.name.startswith('slf4j-')])
     jar = target / 'job-server.jar'
     write_launcher(jar, engine.driver, classpath)
     return jar
@@ -152,13 +153,25 @@ def spark_classpath(target: Path, beam_jars: list[str]) -> list[str]:
     with (Spark's jars hold Guava 14, which Beam's dependencies do not run
     on). Class-Path entries are relative to the launcher, hence the links.
     """
-    links = target / 'spark-jars'
-    shutil.rmtree(links, ignore_errors=True)
-    links.mkdir(parents=True)
     spark = sorted((distribution(SPARK) / 'jars').glob('*.jar'))
-    for jar in spark:
-        (links / jar.name).symlink_to(jar)
+    link_jars(target / 'spark-jars', spark)
     return beam_jars + [f'spark-jars/{p.name}' for p in spark]
+
+
+def executor_jars() -> Path:
+    """Beam's jars for Spark's executors, one folder (`spark.executor.extraClassPath=DIR/*`).
+
+    All but SLF4J's, which Spark's own logging binds.
+    """
+    return job_server_dir(SPARK) / 'executor-jars'
+
+
+def link_jars(directory: Path, jars: list[Path]) -> None:
+    """Makes `directory` hold links to `jars`, and nothing else."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    for jar in jars:
+        (directory / jar.name).symlink_to(jar)
 
 
 def write_launcher(jar: Path, main_class: str, classpath: list[str]) -> None:

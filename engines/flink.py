@@ -56,7 +56,7 @@ class FlinkSettings:
         return self.taskmanagers * self.slots
 
 
-class FlinkCluster:
+class FlinkCluster(processes.Cluster):
     """A running Flink session cluster; a context manager that stops it.
 
     Args:
@@ -69,15 +69,9 @@ class FlinkCluster:
     engine = fetch.FLINK
 
     def __init__(self, directory: Path, settings: FlinkSettings = FlinkSettings(), env: Optional[dict] = None):
-        self.directory = Path(directory)
+        super().__init__(directory, env)
         self.settings = settings
-        self.env = dict(env or {})
-        self.dist = fetch.distribution(self.engine)
-        self.java = fetch.java()
-        self.job_server = fetch.job_server_jar(self.engine)
         self.rest_port = processes.free_port()
-        self.daemons: dict[str, subprocess.Popen] = {}
-        self.logs: dict[str, Path] = {}
         self._taskmanager_jvm: Optional[tuple[list[str], list[str]]] = None
 
     @property
@@ -126,20 +120,6 @@ class FlinkCluster:
 
         processes.wait_until(registered, self.daemons, self.logs, timeout, f'{n} TaskManagers registered')
 
-    def stop(self) -> None:
-        for process in reversed(list(self.daemons.values())):
-            processes.stop(process)
-
-    def __enter__(self) -> 'FlinkCluster':
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def config(self) -> dict:
         """Flink's config.yaml: loopback only, free ports, memory and restarts from the settings."""
         s = self.settings
@@ -177,19 +157,15 @@ class FlinkCluster:
         jvm, dynamic = results
         return jvm.split(), dynamic.split()
 
-    def beam_jars(self) -> list[str]:
-        """The job server's jars a daemon's classpath gets after Flink's own: all but Flink's and SLF4J's."""
-        lib = fetch.job_server_dir(self.engine) / 'lib'
-        return [str(p) for p in sorted(lib.glob('*.jar')) if not p.name.startswith(('flink-', 'slf4j-'))]
-
     def _daemon(self, name: str, jvm: list[str], main: str, dynamic: list[str]) -> None:
         log = self.directory / 'log' / f'{name}.log'
-        self.logs[name] = log
-        classpath = ':'.join([f'{self.dist / "lib"}/*', *self.beam_jars()])
-        self.daemons[name] = processes.start(
-            [self.java, *jvm, f'-Dlog.file={log}', f'-Dlog4j.configurationFile=file:{self.directory}/conf/log4j.properties',
-             '-cp', classpath, main, '--configDir', str(self.directory / 'conf'), *dynamic],
-            self.directory / 'log' / f'{name}.out', self.env)
+        # After Flink's own jars, the job server's but Flink's and SLF4J's (see `config`).
+        classpath = ':'.join([f'{self.dist / "lib"}/*', *self.beam_jars(skip=('flink-', 'slf4j-'))])
+        self.launch(name, [self.java, *jvm, f'-Dlog.file={log}',
+                           f'-Dlog4j.configurationFile=file:{self.directory}/conf/log4j.properties',
+                           '-cp', classpath, main, '--configDir', str(self.directory / 'conf'), *dynamic],
+                    self.directory / 'log' / f'{name}.out')
+        self.logs[name] = log  # Flink's own log, richer than its stdout
 
 
 LOG4J = '''rootLogger.level = INFO

@@ -1,4 +1,4 @@
-"""Starting and stopping an engine's daemons: free ports, logs, readiness, a clean stop."""
+"""Starting and stopping an engine's daemons: free ports, logs, readiness, a clean stop; a cluster's common part."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
+
+from engines import fetch
 
 
 class EngineFailed(RuntimeError):
@@ -82,3 +84,57 @@ def signal_group(process: subprocess.Popen, sig: int) -> None:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class Cluster:
+    """What every local cluster shares: its directory, daemons and logs, Java, its job server; a context manager.
+
+    Subclasses set `engine` and implement `start` (returning self once the
+    cluster is ready) and `build_flags`.
+
+    Args:
+      directory: Where its configuration, logs and temporary files go.
+      env: Environment variables for its daemons, which the processes they
+        start (executors, SDK workers) inherit (OMP_NUM_THREADS, ...).
+
+    Raises:
+      fetch.EngineMissing: Without Java, the engine's wheel or its job server.
+    """
+
+    engine = None
+
+    def __init__(self, directory: Path, env: Optional[dict] = None):
+        self.directory = Path(directory)
+        self.env = dict(env or {})
+        self.dist = fetch.distribution(self.engine)
+        self.java = fetch.java()
+        self.job_server = fetch.job_server_jar(self.engine)
+        self.daemons: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, timeout: float = 120) -> 'Cluster':
+        raise NotImplementedError
+
+    def beam_jars(self, skip: tuple = ('slf4j-',)) -> list[str]:
+        """The job server's jars but those whose names start with `skip` (what the engine ships itself)."""
+        lib = fetch.job_server_dir(self.engine) / 'lib'
+        return [str(p) for p in sorted(lib.glob('*.jar')) if not p.name.startswith(skip)]
+
+    def launch(self, name: str, command: Sequence[str], log: Path, env: Optional[dict] = None) -> None:
+        """Starts daemon `name`, its output into `log`."""
+        self.logs[name] = log
+        self.daemons[name] = start(command, log, {**self.env, **(env or {})})
+
+    def stop(self) -> None:
+        for process in reversed(list(self.daemons.values())):
+            stop(process)
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

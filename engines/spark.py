@@ -8,7 +8,6 @@ also use to start their executors.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +39,7 @@ class SparkSettings:
         return self.workers * self.cores
 
 
-class SparkCluster:
+class SparkCluster(processes.Cluster):
     """A running Spark standalone cluster; a context manager that stops it.
 
     Args:
@@ -53,16 +52,11 @@ class SparkCluster:
     engine = fetch.SPARK
 
     def __init__(self, directory: Path, settings: SparkSettings = SparkSettings(), env: Optional[dict] = None):
-        self.directory = Path(directory)
+        super().__init__(directory, env)
         self.settings = settings
-        self.env = dict(env or {})
-        self.home = fetch.distribution(self.engine)
-        self.java = fetch.java()
-        self.job_server = fetch.job_server_jar(self.engine)
+        self.home = self.dist  # SPARK_HOME
         self.port = processes.free_port()
         self.ui_port = processes.free_port()
-        self.daemons: dict[str, subprocess.Popen] = {}
-        self.logs: dict[str, Path] = {}
 
     @property
     def master_url(self) -> str:
@@ -79,17 +73,12 @@ class SparkCluster:
                       # Beam's jars before Spark's on executors too, as in the job server's launcher: Spark
                       # ships Guava 14, on which Beam's GCS support, loaded with its filesystems, fails every
                       # first task of a job (NoSuchMethodError in Preconditions.checkState).
-                      'spark.executor.extraClassPath': ':'.join(self.beam_jars()),
+                      'spark.executor.extraClassPath': f'{fetch.executor_jars()}/*',
                       'spark.default.parallelism': self.settings.parallelism,
                       'spark.local.dir': self.directory / 'tmp'}
         return ['--runner', 'SparkRunner', '--spark_master_url', self.master_url,
                 '--spark_job_server_jar', str(self.job_server),
                 *(f'--job_server_jvm_properties=-D{k}={v}' for k, v in properties.items())]
-
-    def beam_jars(self) -> list[str]:
-        """The job server's Beam jars (not SLF4J's: Spark's own logging binds it)."""
-        lib = fetch.job_server_dir(self.engine) / 'lib'
-        return [str(p) for p in sorted(lib.glob('*.jar')) if not p.name.startswith('slf4j-')]
 
     def start(self, timeout: float = 120) -> 'SparkCluster':
         """Starts the master and the workers; returns once all workers are alive."""
@@ -110,26 +99,10 @@ class SparkCluster:
 
         processes.wait_until(alive, self.daemons, self.logs, timeout, f'{n} Spark workers alive')
 
-    def stop(self) -> None:
-        for process in reversed(list(self.daemons.values())):
-            processes.stop(process)
-
-    def __enter__(self) -> 'SparkCluster':
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def _daemon(self, name: str, main: str, args: list[str]) -> None:
-        log = self.directory / 'log' / f'{name}.log'
-        self.logs[name] = log
         # SPARK_SCALA_VERSION as Spark's bin/load-spark-env.sh sets it: without it a worker's launcher
         # looks for a source tree's build directories to start its executors from.
-        env = {**self.env, 'SPARK_HOME': str(self.home), 'SPARK_SCALA_VERSION': '2.12', 'SPARK_LOCAL_IP': '127.0.0.1',
+        env = {'SPARK_HOME': str(self.home), 'SPARK_SCALA_VERSION': '2.12', 'SPARK_LOCAL_IP': '127.0.0.1',
                'SPARK_LOCAL_DIRS': str(self.directory / 'tmp'), 'SPARK_LOG_DIR': str(self.directory / 'log')}
-        self.daemons[name] = processes.start(
-            [self.java, '-Xmx1g', '-cp', f'{self.home / "jars"}/*', main, *args], log, env)
+        self.launch(name, [self.java, '-Xmx1g', '-cp', f'{self.home / "jars"}/*', main, *args],
+                    self.directory / 'log' / f'{name}.log', env)

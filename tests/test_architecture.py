@@ -77,3 +77,16 @@ def test_no_import_circles():
     for module in sorted(edges):
         if module not in state:
             visit(module, [module])
+
+
+def test_engines_stand_apart_from_the_build():
+    """engines/ starts clusters for tests and benchmarks: the build never imports it, nor it the build."""
+    def imported(path):
+        tree = ast.parse(open(path, encoding='utf-8').read())
+        return {a.name.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+            n.module.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
+
+    assert not [m for m, path in modules() if 'engines' in imported(path)]
+    engines = os.path.join(REPO, 'engines')
+    assert not [name for name in os.listdir(engines) if name.endswith('.py')
+                and imported(os.path.join(engines, name)) & {'pipelines', 'transforms'}]

@@ -124,7 +124,7 @@ def test_num_shards_above_the_maximum_is_refused():
 
 @pytest.mark.parametrize('runner,message', [
     ('DaskRunner', "Beam's Dask runner ignores tagged outputs and runs only one branch of a graph.*"
-                   'use one of DirectRunner, PortableRunner, FlinkRunner, DataflowRunner'),
+                   'use one of DirectRunner, PortableRunner, FlinkRunner, SparkRunner, DataflowRunner'),
     ('apache_beam.runners.dask.dask_runner.DaskRunner', 'Dask runner ignores tagged outputs'),
     ('BogusRunner', "--runner 'BogusRunner' is not a Beam runner; ragsieve runs on DirectRunner, "),
 ])
@@ -133,9 +133,13 @@ def test_runners_that_cannot_run_a_build_are_refused_up_front(runner, message):
         parse('--runner', runner)
 
 
-@pytest.mark.parametrize('runner', ['DirectRunner', 'direct', 'PortableRunner', 'FlinkRunner', 'DataflowRunner'])
+@pytest.mark.parametrize('runner', ['DirectRunner', 'direct', 'PortableRunner', 'FlinkRunner', 'SparkRunner'])
 def test_runners_that_work_pass(runner):
     parse('--runner', runner)
+
+
+def test_dataflow_passes_with_a_way_for_workers_to_get_ragsieve():
+    parse('--runner', 'DataflowRunner', '--setup_file', './setup.py')
 
 
 def config_of(argv):

@@ -128,7 +128,7 @@ def test_feature_cache_holds_what_was_computed(redundant_corpus, tmp_path):
     first = build(redundant_corpus, tmp_path / 'first', '--cache', cache)
     assert first['cache']['features']['embedding'] == {
         'settings_id': first['cache']['features']['embedding']['settings_id'],
-        'hits': 0, 'misses': 8, 'computed': 6}
+        'hits': 0, 'misses': 8, 'computed': 6, 'damaged': 0}
     second = build(redundant_corpus, tmp_path / 'second', '--cache', cache)
     embedding = second['cache']['features']['embedding']
     # typo.md#1 (dropped by minhash) was never embedded; copy.md#1 shares arsenal.md#0's text.
