@@ -33,6 +33,13 @@ def refused_path(output: str) -> str:
     return output.rstrip('/') + REFUSED_SUFFIX
 
 
+def final_directory(config: BuildConfig, target: Target, refused: bool) -> str:
+    """Where the run's files are once the build ends: its run directory, --output, or OUTPUT.refused."""
+    if config.versioned:
+        return target.directory
+    return refused_path(config.output) if refused else config.output
+
+
 def read_manifest(directory: Optional[str]) -> Optional[dict]:
     """The manifest.json of a build directory, or None for no directory."""
     if not directory:
@@ -94,7 +101,10 @@ def check_and_report(config: BuildConfig, target: Target, manifest: dict, model=
         storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
     result = manifest['gates']
     log_verdict(result)
-    LOG.info('Report: %s', write_report(target.directory))
+    written = write_report(target.directory)
+    # Where it will be read: a plain build's staging directory is renamed when published or held back.
+    LOG.info('Report: %s', posixpath.join(final_directory(config, target, gates.refuses(result)),
+                                          posixpath.basename(written)))
     if not gates.refuses(result):
         for line in gates.refusal_lines(result):
             LOG.warning('%s; published anyway (--gates off)', line)

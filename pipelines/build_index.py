@@ -14,11 +14,12 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, dataflow_job, heap, runners
+from pipelines import build_gates, build_progress, dataflow_job, heap, progress, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
     change_report,
+    job_counters,
     log_filters,
     make_manifest,
     previous_build,
@@ -34,7 +35,7 @@ from transforms.features.cache_settings import cache_specs
 from transforms.features import precision as precisions
 from transforms.features.embedding import SharedModel, precision_check
 from transforms.ingest import read
-from transforms.ingest.listing import check_input, input_bytes
+from transforms.ingest.listing import check_input, input_size
 from transforms.lineage import lossless, represents
 from transforms.output import changes, digests, publish, snapshots, tables
 from transforms.output.writers import WriteIndex
@@ -229,7 +230,11 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         stack.callback(heap.release)  # what the launcher loaded, frozen for the run
         with heap.loading():  # torch's import, by --device's check
             options = parse_args(argv)
-            config = with_shards(BuildConfig.from_options(options.view_as(BuildIndexOptions)))
+            flags = options.view_as(BuildIndexOptions)
+            config = BuildConfig.from_options(flags)
+        # Closed before the summary is printed, and on any failure.
+        view = stack.enter_context(progress.View(flags.progress, flags.progress_interval, LOG))
+        config, files = list_input(config, view)
         runners.check_paths_reach_workers(
             options, {'--input': config.input, '--output': config.output, '--cache': config.cache})
         if dataflow_job.dry_run(options):
@@ -241,7 +246,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
-            manifest = build_and_publish(config, options, target)
+            manifest = build_and_publish(config, options, target, view, files)
         except BaseException:
             discard(config, target)
             raise
@@ -250,7 +255,9 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         from pipelines import sync
 
         # After publishing: a store that cannot be written leaves the index published, and says so (exit 4).
-        print(sync.sync_published(config.output, config.sync, manifest['run_id']).line())
+        with progress.View(flags.progress, flags.progress_interval, LOG) as view:
+            report = sync.sync_published(config.output, config.sync, manifest['run_id'], view)
+        print(report.line())
     return manifest
 
 
@@ -266,15 +273,29 @@ def translate_job(config: BuildConfig, options: PipelineOptions) -> dict:
     return {'dry_run': description}
 
 
-def with_shards(config: BuildConfig) -> BuildConfig:
+def list_input(config: BuildConfig, view: progress.View) -> tuple[BuildConfig, Optional[int]]:
+    """Lists --input (metadata only, nothing is read), a step of the view: its files and bytes.
+
+    Returns:
+      The config with `--num_shards 0` resolved (`with_shards`), and the
+      files listed (None when neither the view nor the shards needed them).
+    """
+    if config.num_shards and not view.enabled:
+        return config, None
+    with view.step('list input') as step:
+        files, size = input_size(config.input)
+        step.detail = f'{files:,} files, {progress.size(size)}'
+    return with_shards(config, size), files
+
+
+def with_shards(config: BuildConfig, input_bytes: int) -> BuildConfig:
     """The config with `--num_shards 0` resolved: one part per 2 MiB of input files, at most 1024.
 
-    Sizing lists the input (metadata only, nothing is read), which is the
-    launcher's work, not the config's.
+    Sizing is the launcher's work, from the input's listing, not the config's.
     """
     if config.num_shards:
         return config
-    return dataclasses.replace(config, num_shards=tables.default_num_shards(input_bytes(config.input)))
+    return dataclasses.replace(config, num_shards=tables.default_num_shards(input_bytes))
 
 
 def check_paths(config: BuildConfig) -> None:
@@ -329,42 +350,100 @@ class Models(NamedTuple):
     ner_meta: Optional[dict]
 
 
-def load_models(config: BuildConfig) -> Models:
-    """Loads and checks the embedding model, and spaCy's when a filter needs entities."""
+def load_models(config: BuildConfig, step=progress.no_step) -> Models:
+    """Loads and checks the embedding model, and spaCy's when a filter needs entities.
+
+    Args:
+      config: The build's settings.
+      step: `View.step`, to show each phase of the loads.
+    """
     handle = SharedModel.of(config.embedding)
     # Held until the run ends: the DirectRunner's in-process workers then share it.
-    model = handle.acquire()
+    model = handle.acquire(step)
     dim, max_seq_length = check_model(config, model)
     config.index.check(dim)
-    return Models(handle, model, dim, max_seq_length, check_ner(config.filters))
+    ner_meta = None
+    if config.filters.needs_entities:
+        with step('load spaCy model', config.filters.features.spacy_model):
+            ner_meta = check_ner(config.filters)
+    return Models(handle, model, dim, max_seq_length, ner_meta)
 
 
-def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target) -> dict:
+def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, view: progress.View,
+                      files: Optional[int]) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     with heap.loading():
-        models = load_models(config)
-    return run_and_publish(config, options, target, models)
+        models = load_models(config, view.step)
+    return run_and_publish(config, options, target, models, view, files)
 
 
-def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models) -> dict:
-    """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest."""
+def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
+                    view: progress.View, files: Optional[int]) -> dict:
+    """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest.
+
+    Args:
+      config: The build's settings.
+      options: Its pipeline options.
+      target: The run's directory.
+      models: What `load_models` loaded.
+      view: Where the steps and the workers' counts show.
+      files: The files --input lists (the read meter's total).
+    """
     handle, model, dim, max_seq_length, ner_meta = models
-    quality = check_precision(config, model)
+    quality = None
+    if config.embedding.precision != precisions.FP32:
+        with view.step(f'check {config.embedding.precision} against fp32'):
+            quality = check_precision(config, model)
     cache = None
     if config.cache:
-        cached = ['spans', 'embedding'] + [f for f in ('minhash', 'entities') if config.filters.needs(f)]
-        specs = cache_specs(cached, config.embedding, model, config.filters.features, config.chunker, ner_meta)
-        cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
+        with view.step('open feature cache', config.cache):
+            cached = ['spans', 'embedding'] + [f for f in ('minhash', 'entities') if config.filters.needs(f)]
+            specs = cache_specs(cached, config.embedding, model, config.filters.features, config.chunker, ner_meta)
+            cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
-    pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
-    build_pipeline(pipeline, config, target.directory, dim, handle, cache)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with build_progress.live_counts(options, view, build_progress.build_meters(config, files)):
+        pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
+        build_pipeline(pipeline, config, target.directory, dim, handle, cache)
+        result = pipeline.run()
+        console = build_progress.dataflow_console(options, result)
+        if console:
+            view.note(console)
+        result.wait_until_finish()
+    view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')
-    manifest = make_manifest(
-        config, result, target, cache, dim, max_seq_length, handle.probe, time.perf_counter() - started,
-        quality)
+    with view.step('write manifest'):
+        manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
+    if cache:
+        # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
+        cache.commit()
+        publish.checkpoint('after_cache_commit')
+    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
+    with view.step('check gates, write report'):
+        manifest = build_gates.check_and_report(config, target, manifest, model)
+    with view.step('publish'):
+        if config.versioned:
+            snapshots.write_latest(config.output, target.run_id)
+            publish.checkpoint('after_latest')
+            pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
+            if pruned:
+                LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
+        else:
+            publish.publish(target.directory, config.output)
+        if cache:
+            cache.prune()
+    return manifest
+
+
+def write_manifest(config: BuildConfig, result, target: Target, cache, models: Models, wall_seconds: float,
+                   quality: Optional[dict]) -> dict:
+    """Writes the run's diff.json and, last, its manifest.json; returns the manifest.
+
+    Raises:
+      ValueError: For a build in which no document was indexed (`check_not_empty`).
+    """
+    manifest = make_manifest(config, result, target, cache, models.dim, models.max_seq_length, models.handle.probe,
+                             wall_seconds, quality)
     # The audit reached the launcher through this file; the manifest is its one home now.
     FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
@@ -377,22 +456,6 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)
     publish.checkpoint('after_manifest')
-    if cache:
-        # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
-        cache.commit()
-        publish.checkpoint('after_cache_commit')
-    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
-    manifest = build_gates.check_and_report(config, target, manifest, model)
-    if config.versioned:
-        snapshots.write_latest(config.output, target.run_id)
-        publish.checkpoint('after_latest')
-        pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
-        if pruned:
-            LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
-    else:
-        publish.publish(target.directory, config.output)
-    if cache:
-        cache.prune()
     return manifest
 
 

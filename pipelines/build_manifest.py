@@ -150,6 +150,17 @@ def log_filters(manifest: dict) -> None:
         LOG.warning('lineage check failed: %s', manifest['lineage'])
 
 
+def job_counters(result) -> dict:
+    """`{namespace.name: value}` of the finished job's counters."""
+    counters = {}
+    for r in result.metrics().query()['counters']:
+        key = f'{r.key.metric.namespace}.{r.key.metric.name}'
+        # One entry per step that reports the counter: sum them. Spark's portable runner reports
+        # attempted values only (a retried task would count twice); the other runners commit.
+        counters[key] = counters.get(key, 0) + (r.committed if r.committed is not None else r.attempted)
+    return counters
+
+
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds,
                   precision_check: Optional[dict] = None) -> dict:
     """The run's resolved config, versions, kernels, counts, cache use and time per stage."""
@@ -160,12 +171,7 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
     kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
     dropped = table(tables.DROPPED_DIR, ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
     rejected = table(tables.REJECTED_DIR, ['reason']).column('reason').to_pylist()
-    counters = {}
-    for r in result.metrics().query()['counters']:
-        key = f'{r.key.metric.namespace}.{r.key.metric.name}'
-        # One entry per step that reports the counter: sum them. Spark's portable runner reports
-        # attempted values only (a retried task would count twice); the other runners commit.
-        counters[key] = counters.get(key, 0) + (r.committed if r.committed is not None else r.attempted)
+    counters = job_counters(result)
     resolved = json.loads(json.dumps(dataclasses.asdict(config)))  # as it reads back from JSON
     if resolved.get('sync'):
         resolved['sync'] = masked(resolved['sync'])  # the manifest and report.html carry no password

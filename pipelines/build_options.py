@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, dataflow_job
+from pipelines import cli, dataflow_job, progress
 from pipelines.runners import check_runner, with_engine_defaults
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
@@ -183,6 +183,7 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--sync', type=str, default=None,
                             help='After publishing, sync the published run into this vector store '
                                  '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
+        progress.add_flags(parser)
         add_gate_args(parser)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pipelines import cli
+from pipelines import progress as progress_view
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
 from transforms.dedup.config import FilterConfig
@@ -94,7 +96,9 @@ class EvaluateConfig:
       batch_size: Texts per forward pass of the embedding model.
       embedding_model: sentence-transformers model name or path.
       lemma_model: spaCy package for the `preprocessed` lemmas.
-      progress: Show a progress bar.
+      progress: `auto`, `bar`, `log` or `none` (`pipelines.progress.MODES`): how the
+        run shows its steps and the grid cells scored.
+      progress_interval: Seconds between two lines of `log`.
       cache: Root of a feature cache (embeddings, entities) kept between
         runs, or None for none.
       cache_max_bytes: Bound of the cache generation a run writes: every
@@ -122,7 +126,8 @@ class EvaluateConfig:
     # bf16: chunks embedded as `build --embed_precision bf16` embeds them; questions in fp32, as `query` does.
     embed_precision: str = precisions.FP32
     lemma_model: str = DEFAULT_LEMMA_MODEL
-    progress: bool = True
+    progress: str = progress_view.AUTO
+    progress_interval: float = progress_view.DEFAULT_INTERVAL
     retrieval: str = DENSE
     retrievals: tuple[str, ...] = ir_scoring.IR_RETRIEVALS
     split: str = 'test'
@@ -151,6 +156,8 @@ class EvaluateConfig:
             raise ValueError(f'cache_max_bytes must be >= 0, got {self.cache_max_bytes}')
         if self.batch_size <= 0:
             raise ValueError(f'batch_size must be > 0, got {self.batch_size}')
+        progress_view.resolve_mode(self.progress)
+        progress_view.check_interval(self.progress_interval)
         unknown = [v for v in self.variants if v not in metrics.VARIANTS]
         if unknown or not self.variants:
             raise ValueError(f'variants must be among {list(metrics.VARIANTS)}, got {list(self.variants)}')
@@ -176,9 +183,17 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
     Raises:
       ValueError: For unreadable data or models.
     """
+    with progress_view.View(config.progress, config.progress_interval, LOG) as view:
+        return _evaluate_all(config, model, view)
+
+
+def _evaluate_all(config: EvaluateConfig, model, view: progress_view.View) -> dict:
+    """`evaluate`, its steps and grid shown by `view`."""
     started = time.perf_counter()
-    documents, questions, rejected = read_dataset(config.dataset, config.data, config.split)
-    questions = sample_questions(questions, config.max_questions, config.seed)
+    with view.step('read dataset', config.data) as step:
+        documents, questions, rejected = read_dataset(config.dataset, config.data, config.split)
+        questions = sample_questions(questions, config.max_questions, config.seed)
+        step.detail = f'{len(documents):,} documents, {len(questions):,} questions'
     if not questions:
         raise ValueError(f'no questions in {config.data}' + (f' ({len(rejected)} rejected)' if rejected else ''))
     output = Path(config.output)
@@ -187,8 +202,9 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
 
     mode = precisions.kernel_mode(config.embed_precision, kernels.DEFAULT_MODE)
     if model is None:
-        model = precisions.set_precision(
-            load_embedding_model(config.embedding_model, kernel_mode=mode), config.embed_precision)
+        with view.step('load embedding model', config.embedding_model):
+            model = precisions.set_precision(
+                load_embedding_model(config.embedding_model, kernel_mode=mode), config.embed_precision)
     lock = snapshots.lock(config.cache) if config.cache else contextlib.nullcontext()
     with lock:
         if config.cache:
@@ -200,7 +216,7 @@ def evaluate(config: EvaluateConfig, model=None) -> dict:
                                           precision=config.embed_precision), model, settings.features,
             grid_needs(config.filters)))
         run_grid = _evaluate_ir if config.dataset == BEIR else _evaluate
-        summary = run_grid(config, documents, questions, store, output, started)
+        summary = run_grid(config, documents, questions, store, output, started, view)
         summary['rejected'] = eval_report.rejected_summary(rejected)
         t = time.perf_counter()
         store.save(config.cache_max_bytes)
@@ -224,37 +240,53 @@ def question_vectors(store: FeatureStore, questions: Sequence[str]) -> np.ndarra
         return embed_texts(store.model, list(questions), store.batch_size)
 
 
-def _evaluate(config, documents, questions, store: FeatureStore, output: Path, started: float) -> dict:
-    """Scores the grid; writes results.csv, the tables and the plots; returns the summary."""
-    from tqdm import tqdm
+# The count of grid cells scored (a chunker x a filter).
+CELLS = 'cells'
 
-    query_vectors = question_vectors(store, [q.question for q in questions])
+
+def show_grid(view: progress_view.View, config: EvaluateConfig) -> dict:
+    """Shows the grid's meter: cells scored, of chunkers x filters, and the chunker being scored.
+
+    Returns:
+      `{'chunker': label}`, for the caller to set as it moves on.
+    """
+    current = {'chunker': ''}
+    view.show([progress_view.Meter('grid', CELLS, 'cells', total=len(config.chunkers) * len(config.filters), rate=True,
+                              note=lambda counts: current['chunker'])])
+    return current
+
+
+def _evaluate(config, documents, questions, store: FeatureStore, output: Path, started: float,
+              view: progress_view.View) -> dict:
+    """Scores the grid; writes results.csv, the tables and the plots; returns the summary."""
+    with view.step('embed questions', f'{len(questions):,}'):
+        query_vectors = question_vectors(store, [q.question for q in questions])
     lemmas: dict[str, LemmaTable] = {}
     setup = {'load_and_queries': time.perf_counter() - started}
     if metrics.PREPROCESSED in config.variants:
         t = time.perf_counter()
-        nlp = load_lemmatizer(config.lemma_model)
-        tables = lemma_tables(nlp, [d.text for d in documents])
+        with view.step('lemmatize documents', config.lemma_model):
+            nlp = load_lemmatizer(config.lemma_model)
+            tables = lemma_tables(nlp, [d.text for d in documents])
         lemmas = {d.doc_id: table for d, table in zip(documents, tables)}
         setup['lemmatize'] = time.perf_counter() - t
 
     all_rows, timings = [], {}
-    with tqdm(total=len(config.chunkers) * len(config.filters), desc='evaluate', unit='filter',
-              disable=not config.progress, file=sys.stderr) as bar:
-        for chunker in config.chunkers:
-            label = chunker_label(chunker)
-            bar.set_postfix_str(label)
-            t = time.perf_counter()
-            rows, stages = evaluate_chunker(
-                chunker, documents, questions, query_vectors, lemmas, config, store, bar)
-            stages['total'] = time.perf_counter() - t
-            timings[label] = stages
-            all_rows.extend(rows)
-            (output / f'table_{label}.md').write_text(
-                eval_report.markdown_table(rows, f'{config.dataset}, {label}, k={config.k}, '
-                                     f'{len(questions)} questions'), encoding='utf-8')
-            eval_report.plot_chunker(rows, f'{config.dataset} {label}', output / f'plot_{label}.png')
-            eval_report.write_csv(all_rows, output / 'results.csv')
+    current = show_grid(view, config)
+    for chunker in config.chunkers:
+        label = current['chunker'] = chunker_label(chunker)
+        t = time.perf_counter()
+        rows, stages = evaluate_chunker(
+            chunker, documents, questions, query_vectors, lemmas, config, store, functools.partial(view.add, CELLS))
+        stages['total'] = time.perf_counter() - t
+        timings[label] = stages
+        all_rows.extend(rows)
+        (output / f'table_{label}.md').write_text(
+            eval_report.markdown_table(rows, f'{config.dataset}, {label}, k={config.k}, '
+                                 f'{len(questions)} questions'), encoding='utf-8')
+        eval_report.plot_chunker(rows, f'{config.dataset} {label}', output / f'plot_{label}.png')
+        eval_report.write_csv(all_rows, output / 'results.csv')
+    view.finish()
     summary = {
         'dataset': config.dataset,
         'data': str(config.data),
@@ -270,28 +302,29 @@ def _evaluate(config, documents, questions, store: FeatureStore, output: Path, s
     return summary
 
 
-def _evaluate_ir(config, documents, queries, store: FeatureStore, output: Path, started: float) -> dict:
+def _evaluate_ir(config, documents, queries, store: FeatureStore, output: Path, started: float,
+                 view: progress_view.View) -> dict:
     """Scores an IR set (BEIR layout); writes results.csv and a table per chunker; returns the summary."""
-    from tqdm import tqdm
-
-    query_vectors = question_vectors(store, [q.text for q in queries])
+    with view.step('embed queries', f'{len(queries):,}'):
+        query_vectors = question_vectors(store, [q.text for q in queries])
     setup = {'load_and_queries': time.perf_counter() - started}
     all_rows, timings = [], {}
     # The hybrid ranking logs each query's dedup at INFO, as the query job does: too many lines here.
     logging.getLogger('ragsieve.query').setLevel(logging.WARNING)
-    with tqdm(total=len(config.chunkers) * len(config.filters), desc='evaluate', unit='filter',
-              disable=not config.progress, file=sys.stderr) as bar:
-        for chunker in config.chunkers:
-            label = chunker_label(chunker)
-            t = time.perf_counter()
-            rows, stages = ir_scoring.evaluate_ir_chunker(chunker, documents, queries, query_vectors, config, store, bar)
-            stages['total'] = time.perf_counter() - t
-            timings[label] = stages
-            all_rows.extend(rows)
-            (output / f'table_{label}.md').write_text(eval_report.ir_markdown_table(
-                rows, f'{config.dataset} {Path(config.data).name} ({config.split}), {label}, '
-                      f'{len(queries)} queries, {len(documents)} passages'), encoding='utf-8')
-            eval_report.write_csv(all_rows, output / 'results.csv', eval_report.IR_CSV_COLUMNS)
+    current = show_grid(view, config)
+    for chunker in config.chunkers:
+        label = current['chunker'] = chunker_label(chunker)
+        t = time.perf_counter()
+        rows, stages = ir_scoring.evaluate_ir_chunker(chunker, documents, queries, query_vectors, config, store,
+                                                      functools.partial(view.add, CELLS))
+        stages['total'] = time.perf_counter() - t
+        timings[label] = stages
+        all_rows.extend(rows)
+        (output / f'table_{label}.md').write_text(eval_report.ir_markdown_table(
+            rows, f'{config.dataset} {Path(config.data).name} ({config.split}), {label}, '
+                  f'{len(queries)} queries, {len(documents)} passages'), encoding='utf-8')
+        eval_report.write_csv(all_rows, output / 'results.csv', eval_report.IR_CSV_COLUMNS)
+    view.finish()
     return {
         'dataset': config.dataset,
         'data': str(config.data),
@@ -368,7 +401,8 @@ def parser() -> argparse.ArgumentParser:
                         help='Bound of the cache: each run keeps every entry it used plus earlier '
                              'runs\' entries up to this many bytes in all (older generations are '
                              'deleted); 0 keeps only this run\'s, as a build does.')
-    parser.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
+    progress_view.add_flags(parser)
+    parser.add_argument('--no_progress', action='store_true', help='The same as --progress none.')
     return parser
 
 
@@ -401,7 +435,8 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         embedding_model=args.embedding_model,
         embed_precision=args.embed_precision,
         lemma_model=args.lemma_model,
-        progress=not args.no_progress,
+        progress=progress_view.NONE if args.no_progress else args.progress,
+        progress_interval=args.progress_interval,
         retrieval=kinds[0] if kinds and args.dataset != BEIR else DENSE,
         retrievals=kinds if kinds and args.dataset == BEIR else ir_scoring.IR_RETRIEVALS,
         split=args.split,

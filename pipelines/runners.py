@@ -126,6 +126,25 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     return options
 
 
+def with_worker_env(options: PipelineOptions, env: dict) -> PipelineOptions:
+    """Adds `env` to the environment of PROCESS SDK workers (the "env" of `--environment_config`).
+
+    Workers of the DirectRunner and LOOPBACK ones inherit the launcher's
+    environment, DOCKER and EXTERNAL ones have their own: their options are
+    left as they are. Mutates and returns `options`.
+    """
+    portable = options.view_as(PortableOptions)
+    if (portable.environment_type or '').upper() != 'PROCESS' or not portable.environment_config:
+        return options
+    try:
+        config = json.loads(portable.environment_config)
+    except ValueError:
+        return options  # not the JSON form: Beam reports it when it reads it
+    config['env'] = {**(config.get('env') or {}), **env}
+    portable.environment_config = json.dumps(config)
+    return options
+
+
 def check_paths_reach_workers(options: PipelineOptions, paths: dict) -> None:
     """Refuses relative local paths for a build whose workers run elsewhere than the launcher.
 

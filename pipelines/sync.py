@@ -15,12 +15,23 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from pipelines import progress as progress_view
 from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
 from transforms.output.digests import check_files
 from transforms.sync import run_check
 from transforms.sync import store as stores
-from transforms.sync.sync import DEFAULT_BATCH_ROWS, HASH_PAGE_ROWS, MAX_BATCH_ROWS, Report, SyncError, sync_run
+from transforms.sync.sync import (
+    COMPARED,
+    DEFAULT_BATCH_ROWS,
+    DELETED,
+    HASH_PAGE_ROWS,
+    MAX_BATCH_ROWS,
+    UPSERTED,
+    Report,
+    SyncError,
+    sync_run,
+)
 
 LOG = logging.getLogger('ragsieve.sync')
 
@@ -57,16 +68,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument('--batch_rows', type=int, default=DEFAULT_BATCH_ROWS,
                    help=f'Rows per upsert, per delete and per page of rows read from the store with their '
                         f'vectors (1 to {MAX_BATCH_ROWS}; ids and hashes are read {HASH_PAGE_ROWS:,} at a time).')
-    p.add_argument('--no_progress', action='store_true', help='Hide the progress bar.')
+    progress_view.add_flags(p)
+    p.add_argument('--no_progress', action='store_true', help='The same as --progress none.')
     return p
 
 
+def meters(rows: int, verify: bool) -> list[progress_view.Meter]:
+    """A sync's meters: the run's rows compared with the store, then (unless `verify`) rows upserted and deleted."""
+    compare = progress_view.Meter('compare', COMPARED, 'rows', total=rows, rate=True)
+    if verify:
+        return [compare]
+    return [compare, progress_view.Meter('upsert', UPSERTED, 'rows'), progress_view.Meter('delete', DELETED, 'rows')]
+
+
 def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS,
-         progress: bool = False, deep: bool = False, wait: float = 0.0) -> Report:
+         view: Optional[progress_view.View] = None, deep: bool = False, wait: float = 0.0) -> Report:
     """Syncs (or verifies) the run `index` resolves to into the store at `uri`; returns the report.
 
     The run is checked before the store is opened; a sync (not `verify`)
-    holds the store's lock while it reads and writes it.
+    holds the store's lock while it reads and writes it. `view`, a started
+    `progress.View`, shows the steps and the rows compared, upserted and
+    deleted.
 
     Raises:
       ValueError: For a bad URI or flag, a missing client library, a damaged
@@ -78,21 +100,22 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
         raise ValueError(f'--batch_rows must be 1 to {MAX_BATCH_ROWS}, got {batch_rows}')
     if not wait >= 0:
         raise ValueError(f'--wait must be >= 0 seconds, got {wait}')
-    directory = snapshots.resolve_index(index)
-    check_files(directory)  # the run holds the files its build wrote
-    run = run_check.checked_run(directory)
-    store = stores.open_store(uri)
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc='sync', unit='rows', file=sys.stderr)
+    view = view or progress_view.View(progress_view.NONE)
+    with view.step('check run') as step:
+        directory = snapshots.resolve_index(index)
+        check_files(directory)  # the run holds the files its build wrote
+        run = run_check.checked_run(directory)
+        step.detail = f'{run.run_id}, {run.rows:,} rows'
+    with view.step('open store', stores.masked(uri)):
+        store = stores.open_store(uri)
     try:
         with contextlib.ExitStack() as held:
             if not verify:
-                held.enter_context(store.lock(wait, f'run {run.run_id}'))
-            report = sync_run(store, run, verify=verify, deep=deep, batch_rows=batch_rows,
-                              progress=bar.update if bar else None)
+                with view.step('lock store'):
+                    held.enter_context(store.lock(wait, f'run {run.run_id}'))
+            view.show(meters(run.rows, verify))
+            report = sync_run(store, run, verify=verify, deep=deep, batch_rows=batch_rows, progress=view.add)
+            view.finish()
     except SyncError as e:
         raise SyncFailed(f'{store.shown}: {e}; the store still reflects its previous run') from e
     except ValueError as e:
@@ -100,8 +123,6 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
             raise
         raise ValueError(store.redact(str(e))) from None
     finally:
-        if bar:
-            bar.close()
         store.close()
     if report.rejected:
         LOG.warning('%s', report.rejected_line())
@@ -112,7 +133,7 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
     return report
 
 
-def sync_published(index: str, uri: str, run_id: str) -> Report:
+def sync_published(index: str, uri: str, run_id: str, view: Optional[progress_view.View] = None) -> Report:
     """`build --sync`: syncs the run just published; any failure says the run is published (exit 4).
 
     Raises:
@@ -120,7 +141,7 @@ def sync_published(index: str, uri: str, run_id: str) -> Report:
         be reached, another sync holding it, a batch that failed).
     """
     try:
-        return sync(index, uri)
+        return sync(index, uri, view=view)
     except (SyncFailed, ValueError, OSError) as e:
         raise SyncFailed(f'run {run_id} is published, but its sync into {stores.masked(uri)} failed: {e}') from e
 
@@ -130,8 +151,9 @@ def run(argv: Optional[Sequence[str]] = None) -> Report:
     logging.basicConfig(format='%(levelname)s %(name)s: %(message)s', stream=sys.stderr)
     LOG.setLevel(logging.INFO)
     args = parser().parse_args(argv)
-    report = sync(args.index, args.to, args.verify, args.batch_rows, progress=not args.no_progress, deep=args.deep,
-                  wait=args.wait)
+    mode = progress_view.NONE if args.no_progress else args.progress
+    with progress_view.View(mode, args.progress_interval, LOG) as view:
+        report = sync(args.index, args.to, args.verify, args.batch_rows, view, deep=args.deep, wait=args.wait)
     if args.verify:
         rejected = f' ({len(report.rejected)} more it cannot hold)' if report.rejected else ''
         print(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')

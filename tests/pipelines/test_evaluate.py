@@ -2,6 +2,8 @@
 
 import csv
 import json
+import logging
+import re
 import shutil
 
 import pytest
@@ -26,14 +28,19 @@ def test_config_validation():
             evaluate.EvaluateConfig(**{**kwargs, **change})
 
 
-def test_end_to_end_chroma(tmp_path, embedding_model):
+def test_end_to_end_chroma(tmp_path, embedding_model, caplog):
     out = tmp_path / 'out'
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out),
             '--chunkers', 'recursive:40:10,fixed:32:0', '--filters', 'none,exact,similarity@0.8',
-            '--max_questions', '4', '--no_progress']
+            '--max_questions', '4', '--progress', 'log']
     config = evaluate.config_from_args(evaluate.parse_args(argv))
+    caplog.set_level(logging.INFO, logger='ragsieve.evaluate')
     summary = evaluate.evaluate(config, model=embedding_model)
     assert summary['questions'] == 4
+    # --progress log: each step with its time, and the grid's cells scored.
+    logged = [r.getMessage() for r in caplog.records if r.name == 'ragsieve.evaluate']
+    assert any(re.fullmatch(r'read dataset \(.*\): \d+\.\d s', line) for line in logged), logged
+    assert any(re.fullmatch(r'done in \d+s: grid 6/6 cells.*', line) for line in logged), logged
     with (out / 'results.csv').open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)

@@ -1,7 +1,9 @@
 """The sync job end to end: its last line and exit codes, kills at every step, one writer at a time, `build --sync`."""
 
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -41,6 +43,18 @@ def test_last_line_counts_and_verify_exit_codes(store_uri, synced_runs, capsys):
     assert code == 0 and out[-1] == f'no drift: {rows.Run.of(str(r2)).rows} rows of run r2'
     code, out, _ = sync_cli(capsys, '--index', str(root), '--to', store_uri)
     assert out[-1].startswith('upserted 0, deleted 0, unchanged ')
+
+
+def test_log_progress_counts_the_rows_compared_and_written(store_uri, synced_runs, capsys, caplog):
+    caplog.set_level(logging.INFO, logger='ragsieve.sync')
+    _, r1, _ = synced_runs
+    n1 = rows.Run.of(str(r1)).rows
+    code, _, _ = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--progress', 'log')
+    assert code == 0
+    logged = [r.getMessage() for r in caplog.records if r.name == 'ragsieve.sync']
+    assert any(re.fullmatch(rf'check run \(r1, {n1:,} rows\): \d+\.\d s', line) for line in logged), logged
+    assert any(re.fullmatch(rf'done in \d+s: compare {n1:,}/{n1:,} rows(, [\d.,]+ rows/s)?; upsert {n1:,} rows; '
+                            r'delete 0 rows', line) for line in logged), logged
 
 
 def test_bad_store_uri_is_one_line(synced_runs, capsys):

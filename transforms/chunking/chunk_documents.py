@@ -9,6 +9,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from transforms import progress
 from transforms.chunking.chunkers import ChunkerConfig, TokenIndex, chunk_spans, token_offsets
 from transforms.chunking.semantic import semantic_spans
 from transforms.features import cache as feature_cache
@@ -105,7 +106,11 @@ class _ChunkDocumentFn(beam.DoFn):
         chunks = chunks_of_spans(document, spans)
         self._documents.inc()
         self._chunks.inc(len(chunks))
+        progress.count(progress.CHUNKS, len(chunks))
         return chunks
+
+    def finish_bundle(self):
+        progress.flush()
 
     def process(self, document: Document) -> Iterable[Chunk]:
         started = time.perf_counter()

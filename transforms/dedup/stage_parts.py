@@ -10,6 +10,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from transforms import progress
 from transforms.dedup.scope import chunk_scope
 from transforms.types import Chunk, Dropped
 
@@ -47,6 +48,8 @@ class Counters:
         self._in.inc(kept + len(dropped))
         self._kept.inc(kept)
         self._dropped.inc(len(dropped))
+        progress.count(progress.filter_key(self._namespace, progress.KEPT), kept)
+        progress.count(progress.filter_key(self._namespace, progress.DROPPED), len(dropped))
         for reason, n in collections.Counter(d.reason for d in dropped).items():
             Metrics.counter(self._namespace, f'dropped_{reason}').inc(n)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -110,11 +110,13 @@ def score_rankings(queries: Sequence[Query], top: Sequence[Sequence[str]], deep:
 
 
 def evaluate_ir_chunker(chunker: ChunkerConfig, documents: Sequence[Document], queries: Sequence[Query],
-                        query_vectors: np.ndarray, config, store: FeatureStore, bar=None) -> tuple[list[dict], dict]:
+                        query_vectors: np.ndarray, config, store: FeatureStore,
+                        progress: Optional[Callable[[int], None]] = None) -> tuple[list[dict], dict]:
     """Scores every filter of the grid and every retrieval on one chunker.
 
     `config` is the run's `pipelines.evaluate.EvaluateConfig` (its grid,
-    retrievals and `ranking`, the hybrid's `RetrievalConfig`).
+    retrievals and `ranking`, the hybrid's `RetrievalConfig`); `progress(1)`
+    is called as each filter is scored.
 
     Returns:
       `(one row per filter and retrieval, wall seconds per stage)`.
@@ -138,8 +140,8 @@ def evaluate_ir_chunker(chunker: ChunkerConfig, documents: Sequence[Document], q
                 **score_rankings(queries, top, deep),
             })
         timings[f'filter_{grid.name}'] = time.perf_counter() - started
-        if bar is not None:
-            bar.update(1)
+        if progress is not None:
+            progress(1)
     LOG.info('%s: %d chunks; seconds %s', chunker_label(chunker), len(chunks),
              {k: round(v, 1) for k, v in timings.items()})
     return rows, timings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -115,12 +115,12 @@ def evaluate_chunker(
     lemmas: dict[str, LemmaTable],
     config,
     store: FeatureStore,
-    bar=None,
+    progress: Optional[Callable[[int], None]] = None,
 ) -> tuple[list[dict], dict]:
     """Scores every filter of the grid on one chunker.
 
     `config` is the run's `pipelines.evaluate.EvaluateConfig` (its grid, `k`,
-    variants and retrieval).
+    variants and retrieval); `progress(1)` is called as each filter is scored.
 
     Returns:
       `(one row per filter and variant, wall seconds per stage)`.
@@ -179,8 +179,8 @@ def evaluate_chunker(
                 'char_iou': metrics.mean([s.iou for s in char]),
             })
         evaluate_seconds += time.perf_counter() - started
-        if bar is not None:
-            bar.update(1)
+        if progress is not None:
+            progress(1)
     timings['filter'] = filter_seconds
     timings['score'] = evaluate_seconds
     LOG.info('%s: %d chunks; seconds %s', chunker_label(chunker), len(chunks),

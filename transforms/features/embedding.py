@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
 import weakref
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
+from transforms import progress
 from transforms.features import kernels, openvino_cache, precision as precisions
 from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model
 from transforms.types import Chunk
@@ -175,6 +177,10 @@ def precision_check(model, texts: Sequence[str], batch_size: int = 64) -> precis
     return check
 
 
+def _no_step(name: str, detail: str = ''):
+    return contextlib.nullcontext()
+
+
 class SharedModel:
     """A handle that gives every DoFn of a worker process the same loaded model.
 
@@ -199,14 +205,24 @@ class SharedModel:
     def of(cls, config: EmbeddingConfig) -> 'SharedModel':
         return cls(config.model, config.device, config.kernels, precision=config.precision)
 
-    def acquire(self):
-        return self._shared.acquire(
-            self._load, tag=(self.name_or_path, self.device, self.kernel_mode, self.precision))
+    def acquire(self, step: Optional[Callable] = None):
+        """The process's model, loaded on first use.
 
-    def _load(self):
-        model = precisions.set_precision(
-            load_embedding_model(self.name_or_path, self.device, self.kernel_mode), self.precision)
-        probe = kernel_probe(model, self.device)
+        Args:
+          step: `step(name, detail)`, a context manager around each phase of
+            a load (`progress.View.step`), for a launcher that shows them.
+        """
+        tag = (self.name_or_path, self.device, self.kernel_mode, self.precision)
+        return self._shared.acquire(lambda: self._load(step or _no_step), tag=tag)
+
+    def _load(self, step: Callable):
+        with step('load embedding model', self.name_or_path):
+            model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
+        if self.precision != precisions.FP32:
+            with step(f'convert to OpenVINO {self.precision}'):
+                model = precisions.set_precision(model, self.precision)
+        with step('probe kernels', self.kernel_mode):
+            probe = kernel_probe(model, self.device)
         if self.probe is not None and probe != self.probe and self.device == 'cpu':
             raise kernels.KernelError(
                 f'this worker ({kernels.cpu_name()}) computes other embedding bits than the launcher '
@@ -236,8 +252,12 @@ class _EmbedBatchFn(beam.DoFn):
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._chunks.inc(len(batch))
         self._computed.inc(len(todo))
+        progress.count(progress.EMBEDDED, len(batch))
         for chunk in batch:
             yield chunk if chunk.embedding is not None else dataclasses.replace(chunk, embedding=next(vectors))
+
+    def finish_bundle(self):
+        progress.flush()
 
 
 class EmbedChunks(beam.PTransform):

@@ -75,13 +75,17 @@ def check_input(pattern: str, written: Mapping[str, Optional[str]]) -> None:
                 f'choose a {flag} outside the input')
 
 
-def input_bytes(pattern: str) -> int:
-    """Total size of the regular files `--input` names, from their metadata (nothing is read)."""
+def input_size(pattern: str) -> tuple[int, int]:
+    """`(files, bytes)`: the paths `--input` lists, and the size of its regular files, from their metadata.
+
+    Nothing is read.
+    """
     if not storage.is_remote(pattern) and os.path.lexists(pattern):
         paths = expand_input(pattern)[1]
         # Special files and broken links are rejected unread: they add nothing.
-        return sum(os.stat(p).st_size for p in paths if file_problem(p) is None)
-    return sum(m.size_in_bytes for m in _match_input(pattern)[1])
+        return len(paths), sum(os.stat(p).st_size for p in paths if file_problem(p) is None)
+    matches = _match_input(pattern)[1]
+    return len(matches), sum(m.size_in_bytes for m in matches)
 
 
 def _match_input(pattern: str):

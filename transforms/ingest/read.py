@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms import storage
+from transforms import progress, storage
 from transforms.ingest import formats, records
 from transforms.ingest.listing import (
     element_path, expand_input, file_problem, file_source, path_element, relative_id)
@@ -320,6 +320,8 @@ class _ReadFileFn(beam.DoFn):
         parsed = list(read_file(
             path, self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
+        progress.count(progress.FILES)
+        progress.count(progress.DOCUMENTS, sum(not isinstance(r, Rejected) for r in parsed))
         for record in parsed:
             if isinstance(record, Rejected):
                 Metrics.counter('read', f'rejected_{record.reason}').inc()
@@ -327,6 +329,9 @@ class _ReadFileFn(beam.DoFn):
             else:
                 self._documents.inc()
                 yield record
+
+    def finish_bundle(self):
+        progress.flush()
 
 
 def _key_by_doc_id(document: Document):

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 
+from transforms import progress
 from transforms.output.tables import (
     CHUNKS_TABLE,
     DOCUMENTS_TABLE,
@@ -58,6 +59,7 @@ class _WritePartFn(beam.DoFn):
         self._num_shards = num_shards
         self._rows = Metrics.counter('write', f'{spec.directory}_rows')
         self._msecs = Metrics.counter('write', 'msecs')
+        self._parts = Metrics.counter('write', 'parts')
 
     def process(self, element) -> Iterable[int]:
         started = time.perf_counter()
@@ -66,7 +68,12 @@ class _WritePartFn(beam.DoFn):
         write_table(table, posixpath.join(self._directory, part_name(shard, self._num_shards)))
         self._rows.inc(table.num_rows)
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
+        self._parts.inc()
+        progress.count(progress.PARTS)
         yield table.num_rows
+
+    def finish_bundle(self):
+        progress.flush()
 
 
 class WriteTable(beam.PTransform):

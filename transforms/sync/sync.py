@@ -44,6 +44,8 @@ DEFAULT_BATCH_ROWS = 1000
 MAX_BATCH_ROWS = 100_000
 # Rows per page of ids and hashes read from a store (small whatever the rows' size: two short strings).
 HASH_PAGE_ROWS = 50_000
+# The counts `sync_run` reports to its progress callback.
+COMPARED, UPSERTED, DELETED = 'compared', 'upserted', 'deleted'
 # Attempts of one batch and the waits between them; a batch that fails them all stops the sync.
 ATTEMPTS = 3
 BACKOFF_SECONDS = (0.5, 2.0)
@@ -216,7 +218,7 @@ def attempt(action: str, call: Callable[[], Any], chunk_ids: Callable[[], list[s
 
 
 def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = False,
-             batch_rows: int = DEFAULT_BATCH_ROWS, progress: Optional[Callable[[int], None]] = None) -> Report:
+             batch_rows: int = DEFAULT_BATCH_ROWS, progress: Optional[Callable[[str, int], None]] = None) -> Report:
     """Makes `store` hold exactly the rows of `run` (checked by `run_check.checked_run`).
 
     Args:
@@ -225,7 +227,9 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
       verify: Only compute the drift, comparing content (deep); write nothing.
       deep: Compare what the store holds, vectors included, not its row hashes.
       batch_rows: Rows per upsert or delete, and per page read from the store.
-      progress: Called with the rows of each part once it is handled.
+      progress: Called as `progress(key, rows)` with `COMPARED` and the rows of
+        each part once compared, `UPSERTED` and `DELETED` and the rows of each
+        batch once written.
 
     Returns:
       The report: counts written, rows rejected, and the drift found before writing.
@@ -247,16 +251,17 @@ def sync_run(store: Store, run: rows.Run, verify: bool = False, deep: bool = Fal
     drift.duplicates, drift.null_keys = sorted(held.duplicates), held.null_keys
     if not verify:
         _repair(store, held, batch_rows)
-    _stream(store, run, held, report, None if verify else _Upserts(store, batch_rows, report), deep, progress)
+    _stream(store, run, held, report, None if verify else _Upserts(store, batch_rows, report, progress), deep,
+            progress)
     drift.extra = held.extra()
     if not verify:
-        _finish(store, run, report, batch_rows)
+        _finish(store, run, report, batch_rows, progress)
     report.seconds = time.perf_counter() - started
     return report
 
 
 def _stream(store: Store, run: rows.Run, held: Held, report: Report, pending: Optional['_Upserts'], deep: bool,
-            progress: Optional[Callable[[int], None]]) -> None:
+            progress: Optional[Callable[[str, int], None]]) -> None:
     """Compares the run's parts with what the store holds, in order; hands the rows to write to `pending`."""
     vectors = None if deep or pending is None else RunVectors(run)
     for number, path in enumerate(run.part_paths()):
@@ -272,7 +277,7 @@ def _stream(store: Store, run: rows.Run, held: Held, report: Report, pending: Op
                 picked = picked.append_column('embedding', vectors.read(number, path, write))
             pending.add(rows.run_rows(picked, run))
         if progress:
-            progress(part.num_rows)
+            progress(COMPARED, part.num_rows)
     if pending is not None:
         pending.flush()
 
@@ -312,13 +317,16 @@ def _repair(store: Store, held: Held, batch_rows: int) -> None:
         del held.hashes[chunk_id]
 
 
-def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int) -> None:
+def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int,
+            progress: Optional[Callable[[str, int], None]]) -> None:
     """Deletes the extra rows, moves the marker, then keeps the table up (compaction, statistics)."""
     drift = report.drift
     for start in range(0, len(drift.extra), batch_rows):
         ids = drift.extra[start:start + batch_rows]
         attempt('delete', lambda ids=ids: store.delete(ids), lambda ids=ids: ids, store=store)
         report.deleted += len(ids)
+        if progress:
+            progress(DELETED, len(ids))
         publish.checkpoint(f'sync_deleted_{start // batch_rows}')
     held = run.rows - len(report.rejected)
     if not drift.none:
@@ -337,8 +345,9 @@ def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int) -> Non
 class _Upserts:
     """Changed rows gathered across parts into full batches: one store write per `batch_rows` rows."""
 
-    def __init__(self, store: Store, batch_rows: int, report: Report):
-        self._store, self._batch_rows, self._report = store, batch_rows, report
+    def __init__(self, store: Store, batch_rows: int, report: Report,
+                 progress: Optional[Callable[[str, int], None]] = None):
+        self._store, self._batch_rows, self._report, self._progress = store, batch_rows, report, progress
         self._tables: list[pa.Table] = []
         self._rows = 0
         self._written = itertools.count()
@@ -360,4 +369,6 @@ class _Upserts:
                 store=self._store)
         publish.checkpoint(f'sync_upserted_{next(self._written)}')
         self._report.upserted += batch.num_rows
+        if self._progress:
+            self._progress(UPSERTED, batch.num_rows)
         self._tables, self._rows = [rest], rest.num_rows

@@ -8,6 +8,7 @@ ones. The DirectRunner's build of the same corpus is `sample_root`'s run r1.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,15 +35,28 @@ def manifest(directory):
     return json.loads((directory / 'manifest.json').read_text())
 
 
+# Timed progress lines each second: the engine's PROCESS workers send their counts to the launcher.
+PROGRESS = ('--progress', 'log', '--progress_interval', '1')
+
+
+def live_chunk_counts(stderr: str) -> list[int]:
+    """The chunks made, as the timed lines counted them while the job ran (the last line, `done in`, excluded)."""
+    return [int(n) for line in stderr.splitlines() if 'ragsieve.build: progress ' in line
+            for n in re.findall(r'; chunk (\d+) chunks;', line)]
+
+
 def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(flink_cluster, sample_root, tmp_path):
     corpus, direct_root = sample_root
     direct = direct_root / 'runs' / 'r1'
     root, cache = tmp_path / 'index', tmp_path / 'cache'
     for run_id in ('f1', 'f2'):
-        done = build(corpus, root, '--versioned', '--run_id', run_id, '--cache', str(cache), *flink_cluster.build_flags())
+        done = build(corpus, root, '--versioned', '--run_id', run_id, '--cache', str(cache), *PROGRESS,
+                     *flink_cluster.build_flags())
         assert done.returncode == 0, done.stderr[-3000:]
         run = root / 'runs' / run_id
         assert data_files(run) == data_files(direct)
+        assert max(live_chunk_counts(done.stderr), default=0) > 0, done.stderr[-3000:]
+        assert f'Flink web UI: http://{flink_cluster.master}' in done.stderr
     # The counters the manifest is made of reach the launcher from the engine.
     assert manifest(root / 'runs' / 'f1')['counts'] == manifest(direct)['counts']
     # The rebuild read every feature from the cache its workers wrote; the parallelism was the cluster's.
@@ -54,8 +68,9 @@ def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(fl
 
 def test_spark_builds_the_direct_runners_bytes(spark_cluster, sample_root, tmp_path):
     corpus, direct_root = sample_root
-    done = build(corpus, tmp_path / 'out', *spark_cluster.build_flags())
+    done = build(corpus, tmp_path / 'out', *PROGRESS, *spark_cluster.build_flags())
     assert done.returncode == 0, done.stderr[-3000:]
+    assert max(live_chunk_counts(done.stderr), default=0) > 0, done.stderr[-3000:]
     direct = direct_root / 'runs' / 'r1'
     assert data_files(tmp_path / 'out') == data_files(direct)
     assert manifest(tmp_path / 'out')['counts'] == manifest(direct)['counts']

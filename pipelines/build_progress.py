@@ -1,0 +1,237 @@
+"""A build's progress: the workers' live counts (`Listener`), the build's meters, what each runner can show.
+
+The stages count through `transforms.progress`, which sends each worker
+process's cumulative counts to the address in its environment; `Listener`
+binds that address on the launcher and sums the latest counts of each
+process. In-process and multi_processing workers inherit the launcher's
+environment (`reporting`); an engine's PROCESS workers on this machine get
+the address in their environment config (`runners.with_worker_env`).
+Workers elsewhere (a remote cluster, DOCKER, Dataflow) cannot reach the
+launcher: the view then names the engine's own UI (`engine_notes`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import socket
+import threading
+from typing import Iterator, Optional, Sequence
+from urllib.parse import urlsplit
+
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+
+from pipelines import runners
+from pipelines.progress import Meter, View
+from transforms import progress as counts
+from transforms.dedup.stage_parts import counter_namespace
+from transforms.dedup.stages import feature_plan
+from transforms.features.compute import EMBEDDING
+from transforms.output.writers import OUTPUT_TABLES
+
+# Engine hosts whose workers reach a listener on this machine's loopback (`[local]`: an embedded engine).
+LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '[local]')
+
+
+class Listener:
+    """A UDP socket on the loopback that keeps, per sending process, its latest counts; a context manager."""
+
+    def __init__(self, host: str = '127.0.0.1'):
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind((host, 0))
+        self._socket.settimeout(0.2)
+        self.address = f'{host}:{self._socket.getsockname()[1]}'
+        self._latest: dict[str, tuple[int, dict]] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._receive, name='ragsieve-progress-listener', daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> 'Listener':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def counts(self) -> collections.Counter:
+        """The sum over processes of each one's latest counts."""
+        total: collections.Counter = collections.Counter()
+        with self._lock:
+            for _, latest in self._latest.values():
+                total.update(latest)
+        return total
+
+    @property
+    def senders(self) -> int:
+        """How many processes have sent counts."""
+        with self._lock:
+            return len(self._latest)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+        self._socket.close()
+
+    def _receive(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data = self._socket.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            message = parse_message(data)
+            if message is None:
+                continue
+            sender, sequence, latest = message
+            with self._lock:
+                if sequence > self._latest.get(sender, (0, None))[0]:  # a datagram overtaken by a later one
+                    self._latest[sender] = (sequence, latest)
+
+
+def parse_message(data: bytes) -> Optional[tuple[str, int, dict]]:
+    """`(sender, sequence, counts)` of a datagram `transforms.progress` sent; None for anything else."""
+    try:
+        message = json.loads(data.decode('utf-8'))
+        sender, sequence, latest = message['sender'], message['sequence'], message['counts']
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(sender, str) and isinstance(sequence, int) and isinstance(latest, dict)
+            and all(isinstance(k, str) and isinstance(v, int) for k, v in latest.items())):
+        return None
+    return sender, sequence, latest
+
+
+@contextlib.contextmanager
+def reporting(address: str) -> Iterator[None]:
+    """Sets the workers' `transforms.progress.ENV` to `address` in this process's environment, for the block."""
+    before = os.environ.get(counts.ENV)
+    os.environ[counts.ENV] = address
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(counts.ENV, None)
+        else:
+            os.environ[counts.ENV] = before
+
+
+@contextlib.contextmanager
+def live_counts(options: PipelineOptions, view: View, meters: Sequence[Meter]) -> Iterator[None]:
+    """Shows `meters` while the block runs the job, over the workers' counts where they reach the launcher.
+
+    Says first where the engine shows the job (`engine_notes`). Where the
+    workers reach the launcher (`workers_reach_launcher`), a `Listener`
+    gathers their counts: its address is in this process's environment and
+    in that of the engine's PROCESS workers for the block.
+    """
+    reached = workers_reach_launcher(options)
+    for note in engine_notes(options, reached):
+        view.note(note)
+    if not (view.enabled and reached):
+        view.show(meters)
+        yield
+        return
+    with Listener() as listener, reporting(listener.address):
+        runners.with_worker_env(options, {counts.ENV: listener.address})
+        view.show(meters, [listener.counts])
+        yield
+
+
+def build_meters(config, files: int) -> list[Meter]:
+    """The build's meters: files read, chunks made, chunks embedded, the filters' tallies, parts written.
+
+    The embedding total is the chunks made less those dropped by the filters
+    that run before the first that needs embeddings (`feature_plan`): exact
+    once those filters are done, an upper bound until then.
+
+    Args:
+      config: The build's `BuildConfig`.
+      files: The files the input lists.
+    """
+    specs = config.filters.specs
+    namespaces = [counter_namespace(i, s.name) for i, s in enumerate(specs)]
+    plan = feature_plan(config.filters)
+    before_embedding = next(i for i, needs in enumerate(plan) if EMBEDDING in needs)
+
+    def dropped(c, upto=len(specs)):
+        return sum(c.get(counts.filter_key(ns, counts.DROPPED), 0) for ns in namespaces[:upto])
+
+    def embed_total(c):
+        return max(c.get(counts.EMBEDDED, 0), c.get(counts.CHUNKS, 0) - dropped(c, before_embedding))
+
+    def filter_note(c):
+        each = ', '.join(f'{s.name} {c.get(counts.filter_key(ns, counts.DROPPED), 0):,}'
+                         for s, ns in zip(specs, namespaces))
+        kept = c.get(counts.filter_key(namespaces[-1], counts.KEPT), 0)
+        return f'kept {kept:,}, dropped {dropped(c):,} ({each})'
+
+    meters = [
+        Meter('read', counts.FILES, 'files', total=files,
+              note=lambda c: f'{c.get(counts.DOCUMENTS, 0):,} documents'),
+        Meter('chunk', counts.CHUNKS, 'chunks'),
+        Meter('embed', counts.EMBEDDED, 'chunks', total=embed_total, rate=True),
+    ]
+    if specs:
+        meters.append(Meter('filter', note=filter_note))
+    meters.append(Meter('write', counts.PARTS, 'parts', total=len(OUTPUT_TABLES) * config.num_shards))
+    return meters
+
+
+def workers_reach_launcher(options: PipelineOptions) -> bool:
+    """Whether the runner's workers can send counts to a listener on this machine's loopback.
+
+    True for the DirectRunner (in process or multi_processing), for SDK
+    workers that run in this process (LOOPBACK, the default of an embedded
+    Flink), and for PROCESS workers of an engine on this machine.
+    """
+    runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
+    if runner in runners.DIRECT_NAMES:
+        return True
+    if runner == 'dataflow':
+        return False
+    host = engine_host(options)
+    environment = options.get_all_options().get('environment_type') or ('LOOPBACK' if host == '[local]' else '')
+    return environment.upper() == 'LOOPBACK' or (environment.upper() == 'PROCESS' and host in LOCAL_HOSTS)
+
+
+def engine_host(options: PipelineOptions) -> Optional[str]:
+    """The host of `--flink_master`, `--spark_master_url` or `--job_endpoint`; `[local]` for an embedded one."""
+    values = options.get_all_options()
+    flag = {'flink': 'flink_master', 'spark': 'spark_master_url'}.get(
+        runners.short_name(options.view_as(StandardOptions).runner or 'direct'), 'job_endpoint')
+    master = values.get(flag) or ''
+    if master.startswith(('[', 'local[')) or master in ('local', 'embed'):
+        return '[local]'
+    return urlsplit(master if '://' in master else f'//{master}').hostname
+
+
+def engine_notes(options: PipelineOptions, reached: bool) -> list[str]:
+    """What the view says before the job runs: the engine's web UI, and whether live counts come."""
+    values = options.get_all_options()
+    runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
+    notes = []
+    local = engine_host(options) == '[local]'
+    if runner == 'flink' and not local:
+        master = values['flink_master']
+        notes.append(f'Flink web UI: {master if "://" in master else "http://" + master}')
+    elif runner == 'spark' and not local:
+        notes.append(f'Spark master {values["spark_master_url"]}: its web UI (port 8080 by default) '
+                     'lists the job and its stages')
+    elif runner == 'portable':
+        notes.append(f'job service {values.get("job_endpoint")}')
+    if not reached:
+        notes.append(f'the {runner} workers cannot reach this launcher: no live counts until the job ends')
+    return notes
+
+
+def dataflow_console(options: PipelineOptions, result) -> Optional[str]:
+    """The Dataflow console page of a job submitted, as Beam names it; None for other runners."""
+    job_id = getattr(result, 'job_id', None)
+    if runners.short_name(options.view_as(StandardOptions).runner or 'direct') != 'dataflow' or job_id is None:
+        return None
+    cloud = options.view_as(GoogleCloudOptions)
+    return (f'Dataflow console: https://console.cloud.google.com/dataflow/jobs/{cloud.region}/{job_id()}'
+            f'?project={cloud.project}')

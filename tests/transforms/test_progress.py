@@ -1,0 +1,92 @@
+"""The workers' side of live progress: cumulative counts sent over UDP, throttled, nothing without the address."""
+
+import json
+import socket
+import time
+
+import pytest
+
+from transforms import progress
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    """A UDP socket on the loopback, its address in the environment the stages read."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(('127.0.0.1', 0))
+    sock.settimeout(2)
+    monkeypatch.setenv(progress.ENV, f'127.0.0.1:{sock.getsockname()[1]}')
+    yield sock
+    sock.close()
+
+
+def received(sock) -> list[dict]:
+    messages = []
+    sock.settimeout(0.3)
+    try:
+        while True:
+            messages.append(json.loads(sock.recv(65536)))
+    except socket.timeout:
+        return messages
+
+
+def test_counts_are_sent_cumulative_at_most_every_half_second(receiver):
+    progress.count(progress.CHUNKS, 3)  # a new address: the first count is sent at once
+    progress.count(progress.CHUNKS, 4)
+    progress.count(progress.EMBEDDED, 2)
+    first = received(receiver)
+    assert [m['counts'] for m in first] == [{progress.CHUNKS: 3}]
+    time.sleep(progress.SEND_SECONDS)
+    progress.count(progress.CHUNKS, 1)
+    (second,) = received(receiver)
+    assert second['counts'] == {progress.CHUNKS: 8, progress.EMBEDDED: 2}
+    assert second['sender'] == first[0]['sender'] and second['sequence'] > first[0]['sequence']
+
+
+def test_flush_sends_what_the_throttle_held_back(receiver):
+    progress.count(progress.PARTS)
+    progress.count(progress.PARTS)
+    progress.flush()
+    assert [m['counts'] for m in received(receiver)] == [{progress.PARTS: 1}, {progress.PARTS: 2}]
+
+
+def test_a_new_address_starts_the_counts_again(receiver, monkeypatch):
+    progress.count(progress.FILES, 5)
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(('127.0.0.1', 0))
+    other.settimeout(2)
+    monkeypatch.setenv(progress.ENV, f'127.0.0.1:{other.getsockname()[1]}')
+    progress.count(progress.FILES, 1)
+    assert json.loads(other.recv(65536))['counts'] == {progress.FILES: 1}
+    other.close()
+
+
+@pytest.mark.parametrize('value', [None, '', 'no-port', 'host:99999'])
+def test_without_a_usable_address_nothing_is_sent_and_nothing_fails(monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv(progress.ENV, raising=False)
+    else:
+        monkeypatch.setenv(progress.ENV, value)
+    progress.count(progress.CHUNKS, 3)
+    progress.flush()
+
+
+def test_a_listener_gone_does_not_fail_the_stage(monkeypatch):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(('127.0.0.1', 0))
+    monkeypatch.setenv(progress.ENV, f'127.0.0.1:{sock.getsockname()[1]}')
+    sock.close()
+    for _ in range(3):
+        progress.count(progress.CHUNKS)
+        progress.flush()
+
+
+def test_parse_address():
+    assert progress.parse_address('127.0.0.1:4000') == ('127.0.0.1', 4000)
+    with pytest.raises(ValueError, match='HOST:PORT'):
+        progress.parse_address(':4000')
+
+
+def test_each_key_is_the_beam_counter_of_the_same_count():
+    assert progress.filter_key('filter_0_exact', progress.DROPPED) == 'filter_0_exact.dropped'
+    assert progress.EMBEDDED == 'embed.chunks' and progress.CHUNKS == 'chunk.chunks'
