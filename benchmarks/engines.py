@@ -86,7 +86,7 @@ def measure(argv: list[str], daemons: list[int], sample_s: float) -> dict:
     for pid, kib in sorted(sampler.peaks.items()):
         cmd = sampler.cmdlines.get(pid, '')
         kind = ('launcher' if pid == proc.pid else 'sdk worker' if 'sdk_worker' in cmd else
-                'job server' if 'job-server.jar' in cmd else 'daemon' if pid in daemons else 'other')
+                'job server' if 'job-server' in cmd else 'daemon' if pid in daemons else 'other')
         if kib > 16 * 1024:
             processes.append({'pid': pid, 'kind': kind, 'peak_mib': kib / 1024,
                               'cpu_s': sampler.cpu.get(pid, 0) - before.get(pid, 0)})

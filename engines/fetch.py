@@ -14,6 +14,7 @@ starts the runner's own driver.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -99,17 +100,36 @@ def job_server_dir(engine: Engine) -> Path:
 
 
 def job_server_jar(engine: Engine) -> Path:
-    """The launcher jar of the engine's job server.
+    """The launcher jar of the engine's job server, written from what Maven fetched if it is missing.
+
+    Spark's launcher names this installation's pyspark jars (through links),
+    so each pyspark installation (a virtual environment, a checkout) gets its
+    own launcher beside the one `lib/` every installation shares; it is
+    written here, without Maven, the first time one asks for it.
 
     Raises:
-      EngineMissing: If it was not fetched yet.
+      EngineMissing: If the job server was not fetched yet.
     """
-    jar = job_server_dir(engine) / 'job-server.jar'
-    if not jar.is_file():
+    if not (job_server_dir(engine) / 'lib').is_dir():
         raise EngineMissing(
             f'no {engine.name} job server under {job_server_dir(engine)}: run `make engines` '
             f'(python -m engines fetch {engine.name}; needs Java 17 and Maven)')
+    jar = launcher_path(engine)
+    if not jar.is_file():
+        write_launchers(engine)
     return jar
+
+
+def launcher_path(engine: Engine) -> Path:
+    """`job-server.jar`; Spark's: `job-server-<installation>.jar`, its pyspark's jars linked beside it."""
+    if engine is SPARK:
+        return job_server_dir(engine) / f'job-server-{installation_key()}.jar'
+    return job_server_dir(engine) / 'job-server.jar'
+
+
+def installation_key() -> str:
+    """A short name of this pyspark installation: a hash of its path."""
+    return hashlib.sha256(str(distribution(SPARK).resolve()).encode()).hexdigest()[:12]
 
 
 def fetch(engine: Engine) -> Path:
@@ -137,41 +157,53 @@ def fetch(engine: Engine) -> Path:
                             + (done.stdout + done.stderr)[-4000:])
     shutil.rmtree(lib, ignore_errors=True)
     staging.rename(lib)
-    classpath = sorted(f'lib/{p.name}' for p in lib.glob('*.jar'))
+    return write_launchers(engine)
+
+
+def write_launchers(engine: Engine) -> Path:
+    """Writes the launcher of the jars in `lib/` (and, for Spark, the links it needs); returns it."""
+    target = job_server_dir(engine)
+    jars = sorted((target / 'lib').glob('*.jar'))
+    classpath = [f'lib/{p.name}' for p in jars]
     if engine is SPARK:
         classpath = spark_classpath(target, classpath)
-        link_jars(executor_jars(), [p for p in sorted(lib.glob('*.jar')) if not p.name.startswith('slf4j-')])
-    jar = target / 'job-server.jar'
+        link_jars(executor_jars(), [p for p in jars if not p.name.startswith('slf4j-')])
+    jar = launcher_path(engine)
     write_launcher(jar, engine.driver, classpath)
     return jar
 
 
 def spark_classpath(target: Path, beam_jars: list[str]) -> list[str]:
-    """Beam's jars, then Spark's own (the cluster's Spark), linked into `spark-jars/`.
+    """Beam's jars, then Spark's own (this installation's), linked into `spark-jars-<installation>/`.
 
     Beam's come first: its driver runs against the versions it was built
     with (Spark's jars hold Guava 14, which Beam's dependencies do not run
     on). Class-Path entries are relative to the launcher, hence the links.
     """
     spark = sorted((distribution(SPARK) / 'jars').glob('*.jar'))
-    link_jars(target / 'spark-jars', spark)
-    return beam_jars + [f'spark-jars/{p.name}' for p in spark]
+    links = f'spark-jars-{installation_key()}'
+    link_jars(target / links, spark)
+    return beam_jars + [f'{links}/{p.name}' for p in spark]
 
 
 def executor_jars() -> Path:
     """Beam's jars for Spark's executors, one folder (`spark.executor.extraClassPath=DIR/*`).
 
-    All but SLF4J's, which Spark's own logging binds.
+    All but SLF4J's, which Spark's own logging binds. The links point into
+    `lib/`, which every installation shares.
     """
     return job_server_dir(SPARK) / 'executor-jars'
 
 
 def link_jars(directory: Path, jars: list[Path]) -> None:
-    """Makes `directory` hold links to `jars`, and nothing else."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    """Makes `directory` hold links to `jars`, and nothing else: made aside, then renamed into place."""
+    partial = directory.with_name(f'{directory.name}.partial-{os.getpid()}')
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     for jar in jars:
-        (directory / jar.name).symlink_to(jar)
+        (partial / jar.name).symlink_to(jar)
+    shutil.rmtree(directory, ignore_errors=True)
+    partial.rename(directory)
 
 
 def write_launcher(jar: Path, main_class: str, classpath: list[str]) -> None:
