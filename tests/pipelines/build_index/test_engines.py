@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from engines import processes
 from tests.helpers import REPO, data_files, running_engine, sdk_workers
 
@@ -34,6 +36,14 @@ def build(corpus, output, *flags, wait=None):
 def manifest(directory):
     return json.loads((directory / 'manifest.json').read_text())
 
+
+# Each engine test runs on the one pytest-xdist worker that holds the session's clusters (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group('engines')
+# Two more faults, 6 minutes of CI time: run by hand (RAGSIEVE_ENGINE_FAULTS=1 make test); CI kills a TaskManager of a
+# cluster without restarts, the run the design must survive (one line, nothing published).
+more_faults = pytest.mark.skipif(
+    os.environ.get('RAGSIEVE_ENGINE_FAULTS') != '1',
+    reason='a recovered SDK worker or TaskManager: 6 more minutes, run with RAGSIEVE_ENGINE_FAULTS=1')
 
 # Timed progress lines each second: the engine's PROCESS workers send their counts to the launcher.
 PROGRESS = ('--progress', 'log', '--progress_interval', '1')
@@ -91,6 +101,7 @@ def embedding_started(cluster):
     return started
 
 
+@more_faults
 def test_a_killed_sdk_worker_is_restarted_by_flink_and_the_bytes_hold(flink_cluster, sample_root, tmp_path):
     corpus, direct_root = sample_root
     started = embedding_started(flink_cluster)
@@ -107,6 +118,7 @@ def test_a_killed_sdk_worker_is_restarted_by_flink_and_the_bytes_hold(flink_clus
     assert 'to RESTARTING' in flink_cluster.logs['jobmanager'].read_text()
 
 
+@more_faults
 def test_a_killed_taskmanager_replaced_by_its_supervisor_gives_the_same_bytes(flink_cluster, sample_root, tmp_path):
     corpus, direct_root = sample_root
     started = embedding_started(flink_cluster)

@@ -28,7 +28,7 @@ class ModelMustNotLoad:
     def of(cls, config):
         return cls()
 
-    def acquire(self):
+    def acquire(self, step=None):
         raise AssertionError('the model was loaded before the check that should have failed')
 
 
