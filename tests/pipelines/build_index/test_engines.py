@@ -37,8 +37,6 @@ def manifest(directory):
     return json.loads((directory / 'manifest.json').read_text())
 
 
-# Each engine test runs on the one pytest-xdist worker that holds the session's clusters (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group('engines')
 # Two more faults, 6 minutes of CI time: run by hand (RAGSIEVE_ENGINE_FAULTS=1 make test); CI kills a TaskManager of a
 # cluster without restarts, the run the design must survive (one line, nothing published).
 more_faults = pytest.mark.skipif(
