@@ -122,7 +122,7 @@ def run_corpus(name: str, corpus: str, flags: list[str], runners: list[str], wor
                 os.environ.pop(key, None)
         else:
             cls, directory = (flink.FlinkCluster, 'flink') if runner == 'flink' else (spark.SparkCluster, 'spark')
-            cluster = cls(Path(work) / f'{name}-{directory}', env=env)
+            cluster = cls(Path(work) / f'{name}-{directory}-cluster', env=env)
             started = time.perf_counter()
             with cluster:
                 row['cluster_start'] = time.perf_counter() - started
