@@ -15,7 +15,6 @@ import logging
 import posixpath
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.build_manifest import Target
 from pipelines.build_options import BuildConfig
@@ -45,8 +44,7 @@ def read_manifest(directory: Optional[str]) -> Optional[dict]:
     if not directory:
         return None
     def load(path):
-        with FileSystems.open(path) as f:
-            return json.loads(f.read().decode('utf-8'))
+        return json.loads(storage.read_bytes(path).decode('utf-8'))
 
     return tables.load_file(posixpath.join(directory, tables.MANIFEST_FILE), load)
 

@@ -11,7 +11,6 @@ import time
 from typing import NamedTuple, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import build_gates, build_progress, dataflow_job, heap, progress, runners
@@ -204,7 +203,7 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     debris += snapshots.clean_debris(config.output)
     run_id = config.run_id or snapshots.new_run_id()
     directory = snapshots.run_dir(config.output, run_id)
-    if FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
+    if storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
     previous, previous_run_id = previous_build(config.output, versioned=True)
     return Target(run_id, directory, previous, previous_run_id), debris
@@ -230,6 +229,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         stack.callback(heap.release)  # what the launcher loaded, frozen for the run
         with heap.loading():  # torch's import, by --device's check
             options = parse_args(argv)
+            storage.configure(options)  # before the input is listed: S3's endpoint and keys, GCP's project
             flags = options.view_as(BuildIndexOptions)
             config = BuildConfig.from_options(flags)
         # Closed before the summary is printed, and on any failure.
@@ -240,13 +240,13 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
-        for path, root in build_locks(config):
-            stack.enter_context(snapshots.lock_file(root, path))
+        held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds))
+                for path, root in build_locks(config)]
         target, debris = prepare_target(config)
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
-            manifest = build_and_publish(config, options, target, view, files)
+            manifest = build_and_publish(config, options, target, view, files, [h for h in held if h])
         except BaseException:
             discard(config, target)
             raise
@@ -331,9 +331,9 @@ def build_locks(config: BuildConfig) -> list[tuple[str, str]]:
 def discard(config: BuildConfig, target: Target) -> None:
     """Deletes what a failed run wrote: its staging directory, or its run unless complete."""
     try:
-        if not FileSystems.exists(target.directory):
+        if not storage.has_files(target.directory):
             return  # nothing written yet, or a plain run that was published
-        if config.versioned and FileSystems.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
+        if config.versioned and storage.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
             return  # complete: a valid run even if LATEST does not name it
         storage.delete_trees([target.directory])
     except Exception:  # the run's own error matters more; the next run cleans up
@@ -370,15 +370,15 @@ def load_models(config: BuildConfig, step=progress.no_step) -> Models:
 
 
 def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, view: progress.View,
-                      files: Optional[int]) -> dict:
+                      files: Optional[int], leases: Sequence = ()) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     with heap.loading():
         models = load_models(config, view.step)
-    return run_and_publish(config, options, target, models, view, files)
+    return run_and_publish(config, options, target, models, view, files, leases)
 
 
 def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
-                    view: progress.View, files: Optional[int]) -> dict:
+                    view: progress.View, files: Optional[int], leases: Sequence = ()) -> dict:
     """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest.
 
     Args:
@@ -388,6 +388,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       models: What `load_models` loaded.
       view: Where the steps and the workers' counts show.
       files: The files --input lists (the read meter's total).
+      leases: The object-store leases the run holds, checked before it commits or publishes anything.
     """
     handle, model, dim, max_seq_length, ner_meta = models
     quality = None
@@ -414,6 +415,8 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
+    for lease in leases:
+        lease.check()  # a run that lost its root to another build commits and publishes nothing
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
@@ -422,6 +425,8 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     with view.step('check gates, write report'):
         manifest = build_gates.check_and_report(config, target, manifest, model)
     with view.step('publish'):
+        for lease in leases:
+            lease.check()
         if config.versioned:
             snapshots.write_latest(config.output, target.run_id)
             publish.checkpoint('after_latest')
@@ -445,7 +450,7 @@ def write_manifest(config: BuildConfig, result, target: Target, cache, models: M
     manifest = make_manifest(config, result, target, cache, models.dim, models.max_seq_length, models.handle.probe,
                              wall_seconds, quality)
     # The audit reached the launcher through this file; the manifest is its one home now.
-    FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
+    storage.delete_files([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)

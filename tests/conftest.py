@@ -174,3 +174,41 @@ def spark_cluster(tmp_path_factory):
     directory = tmp_path_factory.mktemp('spark')
     with running_engine(lambda: SparkCluster(directory)) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope='session')
+def minio(tmp_path_factory):
+    """A MinIO server (S3) with the bucket `helpers.BUCKET`, for the session.
+
+    Skips, saying what to build, without its binary (`make objectstores`).
+    """
+    from engines.objectstores import MinioServer
+    from tests.helpers import running_store
+
+    with running_store(lambda: MinioServer(tmp_path_factory.mktemp('minio'))) as server:
+        yield server
+
+
+@pytest.fixture(scope='session')
+def fake_gcs(tmp_path_factory):
+    """fake-gcs-server (GCS) with the bucket `helpers.BUCKET`, for the session (skips as `minio` does)."""
+    from engines.objectstores import FakeGcsServer
+    from tests.helpers import running_store
+
+    with running_store(lambda: FakeGcsServer(tmp_path_factory.mktemp('fake_gcs'))) as server:
+        yield server
+
+
+@pytest.fixture(params=['s3', 'gs'])
+def object_store(request, monkeypatch):
+    """`s3://` on MinIO and `gs://` on fake-gcs-server: a prefix of this test's own, the store's settings
+    in the environment as a user's would be (AWS_*, STORAGE_EMULATOR_HOST); returns the prefix's URL."""
+    from tests.helpers import BUCKET
+    from transforms import storage
+
+    server = request.getfixturevalue('minio' if request.param == 's3' else 'fake_gcs')
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    name = request.node.name.split('[')[0][:40]
+    return f'{request.param}://{BUCKET}/{name}-{abs(hash(request.node.nodeid)) % 10**6}'
