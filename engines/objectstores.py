@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import http.server
+import importlib.util
 import os
 import re
 import shutil
@@ -113,6 +114,8 @@ class MinioServer:
                 'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': self.endpoint}
 
     def start(self, timeout: float = 60) -> 'MinioServer':
+        if importlib.util.find_spec('boto3') is None:
+            raise fetch.EngineMissing("boto3 is not installed: pip install 'ragsieve[s3]'")
         command = [str(binary(MINIO)), 'server', str(self.directory / 'data'), '--quiet',
                    '--address', f'127.0.0.1:{self.port}', '--console-address', f'127.0.0.1:{self.console}']
         self.process = processes.start(command, self.log, {
@@ -151,6 +154,8 @@ class FakeGcsServer:
         return {'STORAGE_EMULATOR_HOST': self.endpoint, 'GOOGLE_CLOUD_PROJECT': 'ragsieve-test'}
 
     def start(self, timeout: float = 60) -> 'FakeGcsServer':
+        if importlib.util.find_spec('google.cloud.storage') is None:
+            raise fetch.EngineMissing("google-cloud-storage is not installed: pip install 'ragsieve[gcs]'")
         self.proxy = BatchFix(self.port)
         # Uploads answer with URLs of external-url: the proxy's, so that resumable uploads pass through it too.
         command = [str(binary(FAKE_GCS)), '-scheme', 'http', '-host', '127.0.0.1', '-port', str(self.port),
@@ -227,3 +232,26 @@ class BatchFix:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def main(argv=None) -> int:
+    """`python -m engines.objectstores fetch [minio] [fake-gcs-server]`: builds the servers into the cache."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog='python -m engines.objectstores', description=main.__doc__.split(':')[0])
+    commands = parser.add_subparsers(dest='command', required=True)
+    get = commands.add_parser('fetch', help='Build the servers with go install (once per version).')
+    get.add_argument('servers', nargs='*', choices=sorted(SERVERS), default=sorted(SERVERS))
+    args = parser.parse_args(argv)
+    try:
+        for name in args.servers:
+            print(f'{name}: {build(SERVERS[name])}', flush=True)
+    except fetch.EngineMissing as e:
+        print(f'python -m engines.objectstores: {e}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

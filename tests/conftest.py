@@ -149,16 +149,21 @@ def durable_store_uri(request, tmp_path):
 
 
 @pytest.fixture(scope='session')
-def flink_cluster(tmp_path_factory):
+def flink_cluster(tmp_path_factory, request):
     """A Flink session cluster for the session: a JobManager and two TaskManagers, 2 restarts of a failed job.
 
-    Skips, saying what to install, without Java, the Flink wheel or Beam's job server (`make engines`).
+    Where MinIO is built, its daemons carry MinIO's settings in their
+    environment, as a cluster's machines carry their store's, and so do the
+    SDK workers they start. Skips, saying what to install, without Java,
+    the Flink wheel or Beam's job server (`make engines`).
     """
+    from engines import objectstores
     from engines.flink import FlinkCluster, FlinkSettings
     from tests.helpers import running_engine
 
+    env = request.getfixturevalue('minio').env if objectstores.MINIO.binary.is_file() else {}
     directory = tmp_path_factory.mktemp('flink')
-    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2))) as cluster:
+    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2), env)) as cluster:
         yield cluster
 
 

@@ -883,3 +883,29 @@ def download(url: str, local: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(storage.read_bytes(f.path))
     return Path(local)
+
+
+# The tables that name where a record was read from: equal but for that prefix.
+SOURCED = ('documents/', 'rejected/')
+
+
+def same_build(remote: dict, local: dict, remote_corpus: str, local_corpus) -> bool:
+    """Whether a build read from `remote_corpus` holds the bytes of one read from `local_corpus`:
+    every file equal, but documents/ and rejected/, whose `source` column names the corpus read."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    if sorted(remote) != sorted(local):
+        return False
+    for name in remote:
+        if not name.startswith(SOURCED):
+            if remote[name] != local[name]:
+                return False
+            continue
+        rows = pq.read_table(io.BytesIO(remote[name])).to_pylist()
+        for row in rows:
+            row['source'] = row['source'].replace(remote_corpus, str(local_corpus))
+        if rows != pq.read_table(io.BytesIO(local[name])).to_pylist():
+            return False
+    return True

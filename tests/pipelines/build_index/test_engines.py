@@ -22,11 +22,12 @@ from tests.helpers import REPO, data_files, running_engine, sdk_workers
 FLAGS = ['--chunk_size', '64']
 
 
-def build(corpus, output, *flags, wait=None):
+def build(corpus, output, *flags, wait=None, env=None):
     """Runs `ragsieve build` in its own process; with `wait`, calls it with the process until it returns True."""
     command = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output', str(output),
                *FLAGS, *flags]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
     while wait is not None and process.poll() is None and not wait(process):
         time.sleep(0.5)
     out, err = process.communicate(timeout=1800)
@@ -72,6 +73,24 @@ def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(fl
     assert features['embedding']['hits'] == manifest(direct)['counts']['chunks_before_filters']
     assert features['embedding']['computed'] == 0
     assert '--parallelism' in flink_cluster.build_flags() and flink_cluster.settings.parallelism == 2
+
+
+def test_flink_reads_and_writes_s3_and_builds_the_direct_runners_bytes(flink_cluster, minio, sample_root, tmp_path,
+                                                                        monkeypatch):
+    from tests.helpers import BUCKET, download, same_build, upload
+    from transforms import storage
+
+    corpus, direct_root = sample_root
+    for key, value in minio.env.items():  # the launcher's settings: the user's environment
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    prefix = f's3://{BUCKET}/flink'
+    remote_corpus = upload(corpus, f'{prefix}/corpus')
+    done = build(remote_corpus, f'{prefix}/index', '--versioned', '--run_id', 'f1', *flink_cluster.build_flags())
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = download(f'{prefix}/index/runs/f1', tmp_path / 'f1')
+    assert same_build(data_files(run), data_files(direct_root / 'runs' / 'r1'), remote_corpus, corpus)
+    assert manifest(run)['counts'] == manifest(direct_root / 'runs' / 'r1')['counts']
 
 
 def test_spark_builds_the_direct_runners_bytes(spark_cluster, sample_root, tmp_path):
