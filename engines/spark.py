@@ -34,6 +34,10 @@ class SparkSettings:
     worker_memory: str = '6g'
     executor_memory: str = '3g'
 
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f'workers={self.workers}: a cluster needs at least one worker')
+
     @property
     def parallelism(self) -> int:
         return self.workers * self.cores
