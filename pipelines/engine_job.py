@@ -107,7 +107,7 @@ def master_address(options: PipelineOptions) -> Optional[tuple[str, str, int]]:
     values = options.get_all_options()
     flag = {'flink': 'flink_master', 'spark': 'spark_master_url', 'portable': 'job_endpoint'}.get(engine(options) or '')
     master = (values.get(flag) if flag else None) or ''
-    if not master or master in EMBEDDED or master.startswith('local'):
+    if not master or master in EMBEDDED or master == 'local' or master.startswith('local['):  # not localhost
         return None
     parts = urlsplit(master if '://' in master else f'//{master}')
     try:

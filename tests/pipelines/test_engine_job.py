@@ -118,11 +118,14 @@ def test_a_master_nothing_answers_at_is_refused_at_once():
     started = time.monotonic()
     with pytest.raises(ValueError, match=rf'^--flink_master 127.0.0.1:{port}: nothing answers there'):
         engine_job.check_reachable(flink('--flink_master', f'127.0.0.1:{port}'))
+    with pytest.raises(ValueError, match=rf'^--flink_master localhost:{port}: nothing answers there'):
+        engine_job.check_reachable(flink('--flink_master', f'localhost:{port}'))
     with pytest.raises(ValueError, match=rf'^--spark_master_url 127.0.0.1:{port}: nothing answers there'):
         engine_job.check_reachable(PipelineOptions(['--runner', 'SparkRunner',
                                                     '--spark_master_url', f'spark://127.0.0.1:{port}']))
     assert time.monotonic() - started < 5
     for embedded in (flink('--flink_master', '[local]'), PipelineOptions(['--runner', 'SparkRunner']),
+                     PipelineOptions(['--runner', 'SparkRunner', '--spark_master_url', 'local[4]']),
                      PipelineOptions(['--runner', 'DirectRunner'])):
         engine_job.check_reachable(embedded)
 
