@@ -207,3 +207,19 @@ def test_job_ended_is_one_line_and_exit_6(capsys):
     assert capsys.readouterr().err.splitlines() == [
         'ragsieve build: error: the job made no progress on spark for 60 s (--engine_stall_timeout): '
         'cancelled through the job service; nothing was published']
+
+
+def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'a.md').write_text('# A\n\nSome text.\n')
+    started = time.monotonic()
+    assert cli.main(['build', '--input', str(tmp_path / 'docs'), '--output', str(tmp_path / 'out'),
+                     '--runner', 'FlinkRunner', '--flink_master', f'localhost:{port}']) == cli.FAILED
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err.splitlines() == [
+        f'ragsieve build: error: --flink_master localhost:{port}: nothing answers there (Connection refused); '
+        'start the cluster (python -m engines start ...) or correct the flag']
+    assert not (tmp_path / 'out').exists()
