@@ -220,3 +220,29 @@ def test_a_killed_flink_job_server_cancels_the_job_and_is_one_line(flink_cluster
     assert running == []
     assert any(j['state'] == 'CANCELED' and j['name'].startswith('ragsieve-') for j in jobs)
     assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('out.staging-*'))
+
+
+@more_faults
+def test_ctrl_c_of_a_flink_build_cancels_its_job(flink_cluster, sample_root, tmp_path):
+    """Exit 130, and the job does not run on in the cluster (by hand: a Flink build, 3 minutes)."""
+    corpus, _ = sample_root
+    started = embedding_started(flink_cluster)
+    command = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output',
+               str(tmp_path / 'out'), *FLAGS, *flink_cluster.build_flags()]
+    # SIGINT as a terminal sends it (a process started in the background may inherit it ignored).
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while process.poll() is None and not started(process):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130 and build_lines(err) == ['ragsieve build: interrupted'], err[-3000:]
+    assert 'cancelling the job on flink' in err and 'Traceback' not in err
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        jobs = (processes.read_json(f'{flink_cluster.rest}/jobs/overview') or {}).get('jobs', [])
+        if all(j['state'] in ('FINISHED', 'FAILED', 'CANCELED') for j in jobs):
+            break
+        time.sleep(1)
+    assert all(j['state'] in ('FINISHED', 'FAILED', 'CANCELED') for j in jobs), jobs
+    assert not (tmp_path / 'out').exists()
