@@ -78,8 +78,10 @@ def canary_results(config: BuildConfig, target: Target, model) -> tuple:
 
 
 def log_verdict(result: dict) -> None:
+    """Logs each gate: a failed one as a warning, so a log filtered at WARNING (a scheduler's) still shows it."""
     for check in result['checks']:
-        LOG.info('Gate %s: %s (%s)', check['gate'], check['status'], check['says'])
+        level = logging.WARNING if check['status'] == gates.FAIL else logging.INFO
+        LOG.log(level, 'Gate %s: %s (%s)', check['gate'], check['status'], check['says'])
 
 
 def check_and_report(config: BuildConfig, target: Target, manifest: dict, model=None) -> dict:

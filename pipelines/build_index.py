@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import posixpath
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, build_progress, dataflow_job, heap, progress, runners
+from pipelines import build_gates, build_progress, dataflow_job, engine_job, heap, progress, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -237,6 +238,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         config, files = list_input(config, view)
         runners.check_paths_reach_workers(
             options, {'--input': config.input, '--output': config.output, '--cache': config.cache})
+        engine_job.check_stall_timeout(flags.engine_stall_timeout)
+        engine_job.check_reachable(options)  # before the locks and the models: a wrong master fails at once
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
@@ -403,6 +406,9 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
             cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
+    engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
+    # What bounds a job on an engine: the workers' live counts, where they reach the view.
+    live = view.counts if view.enabled and build_progress.workers_reach_launcher(options) else None
     with build_progress.live_counts(options, view, build_progress.build_meters(config, files)):
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
@@ -410,7 +416,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
         console = build_progress.dataflow_console(options, result)
         if console:
             view.note(console)
-        result.wait_until_finish()
+        engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
     view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):

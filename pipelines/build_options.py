@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, dataflow_job, progress
+from pipelines import cli, dataflow_job, engine_job, progress
 from pipelines.runners import check_runner, with_engine_defaults
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
@@ -189,6 +189,7 @@ class BuildIndexOptions(PipelineOptions):
                             help='After publishing, sync the published run into this vector store '
                                  '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
         progress.add_flags(parser)
+        engine_job.add_flags(parser)
         add_gate_args(parser)
 
 

@@ -387,7 +387,7 @@ class WriteCacheEntries(beam.PTransform):
             entries
             | 'Rows' >> beam.Map(entry_row, feature)
             | 'Write' >> WriteTable(entries_spec(feature), cache.entries_dir(cache.spec_of(feature)),
-                                          cache.num_shards)
+                                    cache.num_shards, namespace='cache')  # not the build's `write` parts
         )
 
 
