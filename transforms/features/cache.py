@@ -40,11 +40,11 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
+from transforms import storage
 from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec
 from transforms.output import tables
 from transforms.output.publish import split_complete
 from transforms.output.writers import WriteTable, write_parts
-from transforms import storage
 from transforms.storage import delete_trees, write_bytes, write_json
 from transforms.text import text_key
 from transforms.types import Chunk

@@ -7,7 +7,6 @@ import posixpath
 import re
 from typing import Mapping, Optional
 
-
 from transforms import storage
 from transforms.ingest.reasons import BROKEN_LINK, REPEATED_DIRECTORY, SPECIAL_FILE, UNREADABLE
 from transforms.types import Rejected

@@ -33,7 +33,6 @@ def _listed(directory: str) -> dict[str, int]:
     """`{relative path: size}` of every file under the data directories of a run, on any filesystem."""
     found = {}
     for name in DIGESTED_DIRS:
-        pattern = posixpath.join(directory, name, '**')
         for f in storage.list_files(posixpath.join(directory, name)):
             found[posixpath.relpath(f.path, directory)] = f.size
     return found

@@ -140,3 +140,12 @@ def test_beams_s3_flags_alone_reach_every_launcher_step_and_the_secret_is_never_
     storage.configure()
     assert data_files(download(f'{root}/runs/r1', tmp_path / 'r1')) == data_files(local_root / 'runs' / 'r1')
     assert MINIO_PASSWORD.encode() not in storage.read_bytes(f'{root}/runs/r1/manifest.json')
+
+
+def test_a_failed_build_leaves_no_object_behind(object_store, tmp_path):
+    (tmp_path / 'corpus').mkdir()
+    (tmp_path / 'corpus' / 'blank.md').write_text('  \n')
+    output = f'{object_store}/plain'
+    with pytest.raises(ValueError, match='no document was indexed'):
+        build_index.run(['--input', str(tmp_path / 'corpus'), '--output', output, *FLAGS])
+    assert storage.list_files(object_store) == []  # neither its staging nor its lease
