@@ -242,10 +242,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog='python -m engines.objectstores', description=main.__doc__.split(':')[0])
     commands = parser.add_subparsers(dest='command', required=True)
     get = commands.add_parser('fetch', help='Build the servers with go install (once per version).')
-    get.add_argument('servers', nargs='*', choices=sorted(SERVERS), default=sorted(SERVERS))
+    # No `choices`: argparse checks an empty `*` list against them too (Python 3.11).
+    get.add_argument('servers', nargs='*', help=f'Of {", ".join(sorted(SERVERS))}; both by default.')
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.servers) - set(SERVERS))
+    if unknown:
+        parser.error(f'unknown servers {unknown} (choose from {", ".join(sorted(SERVERS))})')
     try:
-        for name in args.servers:
+        for name in args.servers or sorted(SERVERS):
             print(f'{name}: {build(SERVERS[name])}', flush=True)
     except fetch.EngineMissing as e:
         print(f'python -m engines.objectstores: {e}', file=sys.stderr)

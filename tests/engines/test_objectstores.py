@@ -11,3 +11,16 @@ def test_parts_without_a_content_id_are_numbered_and_others_kept():
     assert fixed.count(b'Content-ID: <1>\n') == 1 and fixed.count(b'Content-ID: <2>\n') == 1
     assert b'Content-ID: <x>\r\n' in fixed and fixed.count(b'Content-ID') == 3
     assert number_batch_parts(fixed) == fixed
+
+
+def test_fetch_builds_both_servers_by_default_and_refuses_others(monkeypatch, capsys):
+    import pytest
+
+    from engines import objectstores
+
+    built = []
+    monkeypatch.setattr(objectstores, 'build', lambda server: built.append(server.name) or server.binary)
+    assert objectstores.main(['fetch']) == 0 and built == ['fake-gcs-server', 'minio']
+    with pytest.raises(SystemExit):
+        objectstores.main(['fetch', 'redis'])
+    assert "unknown servers ['redis']" in capsys.readouterr().err
