@@ -8,7 +8,7 @@ retrievals search the chunks a filter kept:
 - `dense`: exact top-k by cosine (FAISS inner product over normalized vectors);
 - `bm25`: the build's BM25 (`output.bm25.build_bm25`) alone;
 - `hybrid`: the query job's own ranking, `Retriever.rank` over the kept
-  chunks in memory (RRF of dense, BM25, salience, recency; relevance floor;
+  chunks in memory (fusion of dense and BM25, salience and recency as tie-break;
   post-ranking dedup), with the run's `RetrievalConfig`.
 
 The @10 metrics come from the ranking with the configuration as given;

@@ -104,7 +104,10 @@ def tie_break(scores: np.ndarray, values: np.ndarray, epsilon: float) -> np.ndar
     scores = np.asarray(scores, np.float64)
     if not len(scores) or epsilon <= 0:
         return scores
-    return scores + epsilon * max(float(scores.max()), 0.0) * np.asarray(values, np.float64)
+    best = float(scores.max())
+    # All tied at 0 (nothing tells them apart): the prior alone orders them.
+    scale = best if best > 0 else 1.0
+    return scores + epsilon * scale * np.asarray(values, np.float64)
 
 
 def relative_floor(scores: np.ndarray, fraction: float) -> np.ndarray:

@@ -66,6 +66,8 @@ def test_salience_does_not_reorder_unrelated_passages():
     assert list(np.argsort(-raised)) == [0, 1, 3, 2]
     assert np.all(raised - scores <= 0.01 * 0.90 + 1e-12)
     assert list(fusion.tie_break(scores, values, epsilon=0.0)) == list(scores)
+    # Candidates all tied at 0: the prior alone orders them.
+    assert list(fusion.tie_break(np.zeros(2), np.array([0.2, 0.9]), 0.01)) == pytest.approx([0.002, 0.009])
 
 
 def test_relative_floor_keeps_what_scores_near_the_best():

@@ -87,6 +87,13 @@ def test_top_n_ties_by_row_and_min_score():
     ({'weight_bm25': -1.0}, 'weight_bm25'),
     ({'floor_exempt_bm25': -1}, 'floor_exempt_bm25 must be a whole number >= 0'),
     ({'floor_exempt_bm25': 2.5}, 'floor_exempt_bm25 must be a whole number >= 0'),
+    ({'fusion': 'max'}, 'fusion must be one of'),
+    ({'alpha': 1.5}, 'alpha must be in'),
+    ({'normalization': 'zscore'}, 'normalization must be one of'),
+    ({'relative_floor': -0.1}, 'relative_floor'),
+    ({'prior': 'fused'}, "needs fusion='rrf'"),
+    ({'prior': 'boost'}, 'prior must be one of'),
+    ({'tie_epsilon': float('nan')}, 'tie_epsilon'),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -119,10 +126,72 @@ def test_the_floor_spares_candidates_bm25_ranks_in_its_top_n():
     ids = ['near', 'lexical-first', 'lexical-second']
 
     def fused(**kwargs):
-        config = retrieval.RetrievalConfig(**kwargs)
+        config = retrieval.RetrievalConfig(min_relevance=0.25, **kwargs)
         return sorted(ids[r] for r in retrieval.fuse_candidates(
             query, [0, 1, 2], bm25, embeddings, ids, [None] * 3, [None] * 3, config).rows)
 
     assert fused() == ['lexical-first', 'lexical-second', 'near']  # BM25's top 5 is exempt
     assert fused(floor_exempt_bm25=1) == ['lexical-first', 'near']
     assert fused(floor_exempt_bm25=0) == ['near']  # klarRAG: the floor on every candidate
+
+
+def _fuse(embeddings, query, bm25, ids, salience=None, timestamps=None, **kwargs):
+    n = len(ids)
+    config = retrieval.RetrievalConfig(**kwargs)
+    fused = retrieval.fuse_candidates(query, list(range(n)), np.asarray(bm25, np.float32), np.stack(embeddings), ids,
+                                      salience or [None] * n, timestamps or [None] * n, config)
+    return [ids[r] for r in fused.rows], fused
+
+
+def test_the_default_fuses_what_bm25_finds_and_dense_misses():
+    # The second hop: far from the question in embedding space (cosine < 0.25), BM25's best.
+    embeddings = [unit(1, 0, 0), unit(0.1, 1, 0), unit(0.7, 0.7, 0), unit(0.3, 0, 1)]
+    ids = ['first-hop', 'second-hop', 'near-no-term', 'junk']
+    order, fused = _fuse(embeddings, unit(1, 0, 0), [2.0, 5.0, 0.0, 0.1], ids)
+    assert fused.cosines[1] < 0.25
+    assert order[:2] == ['first-hop', 'second-hop']
+    # The ranking before issue 40 drops it when BM25's top 5 does not spare it.
+    assert 'second-hop' not in _fuse(embeddings, unit(1, 0, 0), [2.0, 5.0, 0.0, 0.1], ids, fusion='rrf',
+                                      prior='fused', min_relevance=0.25, floor_exempt_bm25=0)[0]
+
+
+def test_the_default_fuses_what_dense_finds_and_bm25_misses():
+    # A paraphrase: no query term (BM25 0), the closest chunk in meaning.
+    embeddings = [unit(1, 0.05, 0), unit(0.2, 1, 0), unit(0.3, 0, 1)]
+    ids = ['paraphrase', 'lexical', 'weak']
+    order, fused = _fuse(embeddings, unit(1, 0, 0), [0.0, 4.0, 1.0], ids)
+    assert fused.rankings['bm25'].get('paraphrase') is None
+    assert set(order[:2]) == {'paraphrase', 'lexical'}
+
+
+def test_salience_does_not_reorder_unrelated_passages_but_breaks_near_ties():
+    # 'related' is clearly more relevant; 'unrelated' is a one-chunk document (salience 1.0).
+    embeddings = [unit(1, 0.1, 0), unit(0.2, 1, 0), unit(0.2, 0.9, 0.3)]
+    ids = ['related', 'unrelated', 'also-weak']
+    bm25 = [3.0, 0.2, 0.2]
+    plain, _ = _fuse(embeddings, unit(1, 0, 0), bm25, ids)
+    salient, fused = _fuse(embeddings, unit(1, 0, 0), bm25, ids, salience=[0.3, 1.0, 0.3])
+    assert plain[0] == salient[0] == 'related'
+    # Through RRF as a ranked signal (before issue 40), salience is worth as much as a rank.
+    rrf, _ = _fuse(embeddings, unit(1, 0, 0), bm25, ids, salience=[0.3, 1.0, 0.3], fusion='rrf', prior='fused',
+                   weight_salience=3.0)
+    assert rrf[0] == 'unrelated'
+    # Two equally relevant chunks: the salient one first.
+    twins = [unit(1, 0, 0), unit(1, 0, 0), unit(0, 1, 0)]
+    assert _fuse(twins, unit(1, 0, 0), [1.0, 1.0, 0.0], ['a', 'b', 'c'], salience=[0.2, 0.9, 1.0])[0] == ['b', 'a', 'c']
+
+
+def test_rrf_with_salience_fused_is_the_ranking_before_issue_40():
+    embeddings = [unit(1, 0.2, 0), unit(1, 0.5, 0), unit(0.5, 1, 0)]
+    ids = ['a', 'b', 'c']
+    order, fused = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, salience=[None, 0.5, 1.0],
+                         fusion='rrf', prior='fused', min_relevance=0.25)
+    expected = retrieval.rrf_fuse(fused.rankings, retrieval.RetrievalConfig().weights)
+    assert order == [c for c, _ in expected]
+    assert fused.scores == pytest.approx([s for _, s in expected])
+
+
+def test_the_relative_floor_drops_what_scores_far_below_the_best():
+    embeddings = [unit(1, 0, 0), unit(0.9, 0.4, 0), unit(0, 0, 1)]
+    ids = ['best', 'close', 'far']
+    assert _fuse(embeddings, unit(1, 0, 0), [2.0, 1.8, 0.0], ids, relative_floor=0.5)[0] == ['best', 'close']
