@@ -34,6 +34,9 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
     add('--floor_exempt_bm25', type=int, default=d.floor_exempt_bm25,
         help=f'{prefix}Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
              'signal found is not junk (0: the floor drops every candidate below it).')
+    add('--floor_gate', type=float, default=d.floor_gate,
+        help=f'{prefix}--min_relevance applies only to a question whose best candidate\'s cosine is below this '
+             '(one that looks off-topic); 1: every question.')
     add('--relative_floor', type=float, default=d.relative_floor,
         help=f'{prefix}Candidates whose fused score is below this fraction of the best one are dropped (0: none).')
     add('--prior', type=str, default=d.prior, choices=list(retrieval.PRIORS),

@@ -65,6 +65,9 @@ class RetrievalConfig:
       floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
         whatever its cosine (default 5; 0 floors every candidate, as
         klarRAG). Measured in docs/results.md ("The relevance floor").
+      floor_gate: The `min_relevance` floor applies only to a question
+        whose best candidate's cosine is below this: one that looks
+        off-topic for the index (default 1.0: every question).
       relative_floor: Candidates whose fused score is below this fraction of
         the best candidate's are dropped (default 0: none).
       prior: Where salience and recency enter: `tiebreak` (default) adds at
@@ -89,6 +92,7 @@ class RetrievalConfig:
     normalization: str = score_fusion.MINMAX
     min_relevance: float = -1.0
     floor_exempt_bm25: int = 5
+    floor_gate: float = 1.0
     relative_floor: float = 0.0
     prior: str = TIEBREAK
     tie_epsilon: float = 0.01
@@ -114,6 +118,8 @@ class RetrievalConfig:
         if isinstance(self.floor_exempt_bm25, bool) or not isinstance(self.floor_exempt_bm25, numbers.Integral) \
                 or self.floor_exempt_bm25 < 0:
             raise ValueError(f'floor_exempt_bm25 must be a whole number >= 0, got {self.floor_exempt_bm25!r}')
+        if not -1.0 <= self.floor_gate <= 1.0:
+            raise ValueError(f'floor_gate must be a cosine in [-1, 1], got {self.floor_gate}')
         if not 0.0 <= self.relative_floor <= 1.0:
             raise ValueError(f'relative_floor must be in [0, 1], got {self.relative_floor}')
         if self.prior not in PRIORS:
@@ -239,7 +245,8 @@ def fuse_candidates(
     candidate. Every candidate is scored by both signals (its exact cosine and
     its BM25 score), whichever list it came from. Candidates whose cosine to
     the query is below `config.min_relevance` are dropped, unless BM25 ranks
-    them in its top `config.floor_exempt_bm25`; the rest are fused
+    them in its top `config.floor_exempt_bm25` or the question's best
+    candidate reaches `config.floor_gate`; the rest are fused
     (`config.fusion`), salience and recency enter as `config.prior` says, and
     those below `config.relative_floor` of the best fused score are dropped.
 
@@ -258,7 +265,10 @@ def fuse_candidates(
     cosines = {r: float(embeddings[r] @ query) for r in rows}
     # What BM25 ranks this high was found by another signal: the floor does not drop it.
     exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
-    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance or r in exempt}
+    # A question some candidate is close to is on-topic: the floor would only drop its deep candidates.
+    gated = config.floor_gate < 1.0 and max(cosines.values(), default=-1.0) >= config.floor_gate
+    floor = -1.0 if gated else config.min_relevance
+    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= floor or r in exempt}
     rankings = {
         'dense': rank({c: cosines[r] for c, r in by_id.items()}),
         'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),

@@ -94,6 +94,7 @@ def test_top_n_ties_by_row_and_min_score():
     ({'prior': 'fused'}, "needs fusion='rrf'"),
     ({'prior': 'boost'}, 'prior must be one of'),
     ({'tie_epsilon': float('nan')}, 'tie_epsilon'),
+    ({'floor_gate': 1.5}, 'floor_gate'),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -195,3 +196,13 @@ def test_the_relative_floor_drops_what_scores_far_below_the_best():
     embeddings = [unit(1, 0, 0), unit(0.9, 0.4, 0), unit(0, 0, 1)]
     ids = ['best', 'close', 'far']
     assert _fuse(embeddings, unit(1, 0, 0), [2.0, 1.8, 0.0], ids, relative_floor=0.5)[0] == ['best', 'close']
+
+
+def test_the_floor_gate_floors_only_a_question_no_candidate_is_close_to():
+    ids = ['a', 'b', 'c']
+    far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine < 0.3: off-topic
+    gated = dict(min_relevance=0.25, floor_exempt_bm25=0, floor_gate=0.4)
+    assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a']
+    near = [unit(1, 0.2, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine 0.98: on-topic, nothing floored
+    assert sorted(_fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0]) == ids
+    assert _fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, min_relevance=0.25, floor_exempt_bm25=0)[0] == ['a']
