@@ -6,8 +6,9 @@
 Each set (BEIR layout, `benchmarks/beir_sets.py`) is chunked `recursive:256:0`
 and indexed twice, every chunk kept and through the cascade (exact, minhash,
 intra_doc: salience), as `ragsieve evaluate --dataset beir` does. `--split
-NAME` also cuts set NAME into one set per corpus (passage ids `corpus:N`): the
-Chroma proxy's five corpora become five sets with their own index. On each
+NAME` also cuts set NAME into one set per corpus (passage ids `corpus:N`),
+each with its own index: the Chroma proxy's finance, pubmed and
+state_of_the_union (wikitexts is one passage and chatlogs five: no set). On each
 index, every candidate fusion of `CANDIDATES` is scored with the evaluation's
 own path (`ir_scoring.ranked_passages`, i.e. `Retriever.rank`), next to dense
 and BM25 alone; scores are kept in `OUT/scores.json`, so a rerun only
@@ -56,6 +57,7 @@ CANDIDATES = {
        for a, f in ((0.3, 0.3), (0.5, 0.3), (0.7, 0.3), (0.5, 0.5))},
     **{f'convex minmax a={a}, floor 0.25 on every candidate when best cosine < {g}':
        dict(alpha=a, min_relevance=0.25, floor_exempt_bm25=0, floor_gate=g) for a in (0.3, 0.5) for g in (0.35, 0.45)},
+    **{f'convex minmax a={a}, no dedup': dict(alpha=a, dedup_threshold=1.0) for a in (0.3, 0.5)},
 }
 BASELINES = ('dense', 'bm25')
 OBJECTIVE = ('ndcg@10', 'coverage@10')
@@ -111,6 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument('--sets', nargs='+', type=Path, required=True, help='BEIR folders.')
     parser.add_argument('--split', nargs='*', default=[], help='Sets (folder names) also cut into one set per corpus.')
     parser.add_argument('--out', type=Path, required=True, help='Folder of scores.json.')
+    parser.add_argument('--min_passages', type=int, default=50, help='--split: smaller corpora are left out.')
     parser.add_argument('--cache', type=str, default='bench_out/cache', help='Feature cache root.')
     parser.add_argument('--default', type=str, default=None, help='Label of the default to report (the LOSO pick).')
     parser.add_argument('--off_topic', nargs='*', default=None, help='Labels to measure off-topic hits for.')
@@ -126,7 +129,10 @@ def main(argv=None) -> int:
     folds = []
     for name in list(sets):
         if name in args.split:
-            parts = split_by_corpus(sets[name], name)
+            # A corpus of a few passages is no set: every ranking finds them (the Chroma proxy's
+            # wikitexts is one passage, its chatlogs five).
+            parts = {k: v for k, v in split_by_corpus(sets[name], name).items()
+                     if len(v.documents) >= args.min_passages}
             sets.update(parts)
             folds.extend(parts)
         else:
