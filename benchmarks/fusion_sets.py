@@ -42,7 +42,8 @@ from transforms.query import retrieval  # noqa: E402
 TODAY = 'rrf, floor 0.25 unless BM25 top 5, salience fused (before)'
 FLOOR = dict(min_relevance=0.25, floor_exempt_bm25=5)
 # What every candidate says unless it says otherwise (so a later change of the defaults keeps scores.json true).
-BASE = dict(fusion='convex', normalization='minmax', min_relevance=-1.0, floor_exempt_bm25=5, floor_gate=1.0,
+BASE = dict(fusion='convex', normalization='minmax', min_relevance=-1.0, floor_exempt_bm25=5, below_floor='drop',
+            floor_gate=-1.0,
             relative_floor=0.0, prior='tiebreak', tie_epsilon=0.01, weight_dense=1.0, weight_bm25=1.0, candidates=50)
 ALPHAS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CANDIDATES = {
@@ -55,8 +56,11 @@ CANDIDATES = {
     **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5': dict(alpha=a, **FLOOR) for a in (0.3, 0.5, 0.7)},
     **{f'convex minmax a={a}, relative floor {f}': dict(alpha=a, relative_floor=f)
        for a, f in ((0.3, 0.3), (0.5, 0.3), (0.7, 0.3), (0.5, 0.5))},
-    **{f'convex minmax a={a}, floor 0.25 on every candidate when best cosine < {g}':
-       dict(alpha=a, min_relevance=0.25, floor_exempt_bm25=0, floor_gate=g) for a in (0.3, 0.5) for g in (0.35, 0.45)},
+    'rrf, floor 0.25 unless BM25 top 5, below it last': dict(fusion='rrf', below_floor='last', **FLOOR),
+    **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last': dict(alpha=a, below_floor='last', **FLOOR)
+       for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)},
+    **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last; dropped if best cosine < {g}':
+       dict(alpha=a, below_floor='last', floor_gate=g, **FLOOR) for a in (0.4, 0.5, 0.6) for g in (0.35, 0.4)},
     **{f'convex minmax a={a}, no dedup': dict(alpha=a, dedup_threshold=1.0) for a in (0.3, 0.5)},
 }
 BASELINES = ('dense', 'bm25')

@@ -8,7 +8,7 @@ import dataclasses
 from transforms.query import fusion, retrieval
 
 # The ranking before issue 40, reachable by flags (docs/querying.md).
-BEFORE = '--fusion rrf --prior fused --min_relevance 0.25'
+BEFORE = '--fusion rrf --prior fused --min_relevance 0.25 --below_floor drop'
 
 
 def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None:
@@ -34,9 +34,11 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
     add('--floor_exempt_bm25', type=int, default=d.floor_exempt_bm25,
         help=f'{prefix}Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
              'signal found is not junk (0: the floor drops every candidate below it).')
+    add('--below_floor', type=str, default=d.below_floor, choices=list(retrieval.BELOW_FLOOR),
+        help=f'{prefix}A candidate below the floor is dropped, or ranked after every candidate above it (last).')
     add('--floor_gate', type=float, default=d.floor_gate,
-        help=f'{prefix}--min_relevance applies only to a question whose best candidate\'s cosine is below this '
-             '(one that looks off-topic); 1: every question.')
+        help=f'{prefix}A question whose best candidate\'s cosine is below this looks off-topic: its candidates '
+             'below the floor are dropped whatever --below_floor says (-1: none).')
     add('--relative_floor', type=float, default=d.relative_floor,
         help=f'{prefix}Candidates whose fused score is below this fraction of the best one are dropped (0: none).')
     add('--prior', type=str, default=d.prior, choices=list(retrieval.PRIORS),

@@ -40,6 +40,10 @@ FUSIONS = (CONVEX, RRF)
 TIEBREAK = 'tiebreak'
 FUSED = 'fused'
 PRIORS = (TIEBREAK, FUSED)
+# What becomes of a candidate below the relevance floor.
+DROP = 'drop'
+LAST = 'last'
+BELOW_FLOOR = (DROP, LAST)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +52,8 @@ class RetrievalConfig:
 
     The defaults were chosen by leave-one-set-out over seven IR sets
     (docs/results.md, "Fusion chosen across sets"); `fusion='rrf',
-    prior='fused', min_relevance=0.25` is the ranking before issue 40.
+    prior='fused', min_relevance=0.25, below_floor='drop'` is the ranking before
+    issue 40.
 
     Attributes:
       candidates: N: the union of the dense top-N and the BM25 top-N is fused
@@ -65,9 +70,12 @@ class RetrievalConfig:
       floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
         whatever its cosine (default 5; 0 floors every candidate, as
         klarRAG). Measured in docs/results.md ("The relevance floor").
-      floor_gate: The `min_relevance` floor applies only to a question
-        whose best candidate's cosine is below this: one that looks
-        off-topic for the index (default 1.0: every question).
+      below_floor: What becomes of a candidate below the floor: `drop`
+        (klarRAG) or `last` (default: ranked after every candidate above it,
+        so the top k is the floored ranking's and nothing deep is lost).
+      floor_gate: A question whose best candidate's cosine is below this
+        looks off-topic for the index: its candidates below the floor are
+        dropped whatever `below_floor` says (default -1: none is).
       relative_floor: Candidates whose fused score is below this fraction of
         the best candidate's are dropped (default 0: none).
       prior: Where salience and recency enter: `tiebreak` (default) adds at
@@ -92,7 +100,8 @@ class RetrievalConfig:
     normalization: str = score_fusion.MINMAX
     min_relevance: float = -1.0
     floor_exempt_bm25: int = 5
-    floor_gate: float = 1.0
+    below_floor: str = LAST
+    floor_gate: float = -1.0
     relative_floor: float = 0.0
     prior: str = TIEBREAK
     tie_epsilon: float = 0.01
@@ -118,6 +127,8 @@ class RetrievalConfig:
         if isinstance(self.floor_exempt_bm25, bool) or not isinstance(self.floor_exempt_bm25, numbers.Integral) \
                 or self.floor_exempt_bm25 < 0:
             raise ValueError(f'floor_exempt_bm25 must be a whole number >= 0, got {self.floor_exempt_bm25!r}')
+        if self.below_floor not in BELOW_FLOOR:
+            raise ValueError(f'below_floor must be one of {list(BELOW_FLOOR)}, got {self.below_floor!r}')
         if not -1.0 <= self.floor_gate <= 1.0:
             raise ValueError(f'floor_gate must be a cosine in [-1, 1], got {self.floor_gate}')
         if not 0.0 <= self.relative_floor <= 1.0:
@@ -243,12 +254,14 @@ def fuse_candidates(
     Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
     a BM25 score of 0 means no query term occurs, so it makes no lexical
     candidate. Every candidate is scored by both signals (its exact cosine and
-    its BM25 score), whichever list it came from. Candidates whose cosine to
-    the query is below `config.min_relevance` are dropped, unless BM25 ranks
-    them in its top `config.floor_exempt_bm25` or the question's best
-    candidate reaches `config.floor_gate`; the rest are fused
-    (`config.fusion`), salience and recency enter as `config.prior` says, and
-    those below `config.relative_floor` of the best fused score are dropped.
+    its BM25 score), whichever list it came from. A candidate is below the
+    floor when its cosine to the query is below `config.min_relevance` and
+    BM25 does not rank it in its top `config.floor_exempt_bm25`; those are
+    dropped (`below_floor='drop'`, or a question whose best candidate is below
+    `config.floor_gate`) or ranked after all the others (`'last'`). Each tier
+    is fused (`config.fusion`), salience and recency enter as `config.prior`
+    says, and those below `config.relative_floor` of their tier's best fused
+    score are dropped.
 
     Args:
       query: The normalized query embedding.
@@ -265,18 +278,38 @@ def fuse_candidates(
     cosines = {r: float(embeddings[r] @ query) for r in rows}
     # What BM25 ranks this high was found by another signal: the floor does not drop it.
     exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
-    # A question some candidate is close to is on-topic: the floor would only drop its deep candidates.
-    gated = config.floor_gate < 1.0 and max(cosines.values(), default=-1.0) >= config.floor_gate
-    floor = -1.0 if gated else config.min_relevance
-    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= floor or r in exempt}
-    rankings = {
+    below = {r for r in rows if cosines[r] < config.min_relevance and r not in exempt}
+    # A question no candidate is close to looks off-topic: what is below the floor is dropped.
+    off_topic = max(cosines.values(), default=-1.0) < config.floor_gate
+    if config.below_floor == DROP or off_topic:
+        rows, below = [r for r in rows if r not in below], set()
+    by_id = {chunk_ids[r]: r for r in rows}
+    rankings = _rankings(by_id, cosines, bm25, salience, timestamps)
+    out_rows, out_scores = [], []
+    # Candidates above the floor first, then those below it ('last'), each tier fused on its own.
+    for tier in ([r for r in rows if r not in below], [r for r in rows if r in below]):
+        tier_ids = {chunk_ids[r]: r for r in tier}
+        ids, kept = list(tier_ids), list(tier_ids.values())
+        tier_rankings = rankings if not below else _rankings(tier_ids, cosines, bm25, salience, timestamps)
+        scores = _fused_scores(ids, kept, tier_rankings, cosines, bm25, salience, timestamps, config)
+        keep = score_fusion.relative_floor(scores, config.relative_floor)
+        order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-scores[i], ids[i]))
+        out_rows += [kept[i] for i in order]
+        out_scores += [float(scores[i]) for i in order]
+    return Fused(out_rows, out_scores, rankings, cosines)
+
+
+def _rankings(by_id, cosines, bm25, salience, timestamps) -> dict[str, dict[str, int]]:
+    return {
         'dense': rank({c: cosines[r] for c, r in by_id.items()}),
         'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
         'salience': rank({c: salience[r] for c, r in by_id.items()}),
         'recency': rank({c: timestamps[r] for c, r in by_id.items()}),
     }
-    ids = list(by_id)
-    kept = [by_id[c] for c in ids]
+
+
+def _fused_scores(ids, kept, rankings, cosines, bm25, salience, timestamps, config: RetrievalConfig) -> np.ndarray:
+    """Fused score per candidate (`ids`, rows `kept`), salience and recency as `config.prior` says."""
     if config.fusion == RRF:
         weights = config.weights
         if config.prior == TIEBREAK:
@@ -291,9 +324,7 @@ def fuse_candidates(
         values = score_fusion.prior([salience[r] for r in kept], [timestamps[r] for r in kept],
                                     config.weight_salience, config.weight_recency)
         scores = score_fusion.tie_break(scores, values, config.tie_epsilon)
-    keep = score_fusion.relative_floor(scores, config.relative_floor)
-    order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-scores[i], ids[i]))
-    return Fused([kept[i] for i in order], [float(scores[i]) for i in order], rankings, cosines)
+    return scores
 
 
 @dataclasses.dataclass(frozen=True)

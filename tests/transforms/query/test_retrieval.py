@@ -95,6 +95,7 @@ def test_top_n_ties_by_row_and_min_score():
     ({'prior': 'boost'}, 'prior must be one of'),
     ({'tie_epsilon': float('nan')}, 'tie_epsilon'),
     ({'floor_gate': 1.5}, 'floor_gate'),
+    ({'below_floor': 'hide'}, 'below_floor must be one of'),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -127,7 +128,7 @@ def test_the_floor_spares_candidates_bm25_ranks_in_its_top_n():
     ids = ['near', 'lexical-first', 'lexical-second']
 
     def fused(**kwargs):
-        config = retrieval.RetrievalConfig(min_relevance=0.25, **kwargs)
+        config = retrieval.RetrievalConfig(min_relevance=0.25, below_floor='drop', **kwargs)
         return sorted(ids[r] for r in retrieval.fuse_candidates(
             query, [0, 1, 2], bm25, embeddings, ids, [None] * 3, [None] * 3, config).rows)
 
@@ -153,7 +154,7 @@ def test_the_default_fuses_what_bm25_finds_and_dense_misses():
     assert order[:2] == ['first-hop', 'second-hop']
     # The ranking before issue 40 drops it when BM25's top 5 does not spare it.
     assert 'second-hop' not in _fuse(embeddings, unit(1, 0, 0), [2.0, 5.0, 0.0, 0.1], ids, fusion='rrf',
-                                      prior='fused', min_relevance=0.25, floor_exempt_bm25=0)[0]
+                                      prior='fused', min_relevance=0.25, below_floor='drop', floor_exempt_bm25=0)[0]
 
 
 def test_the_default_fuses_what_dense_finds_and_bm25_misses():
@@ -186,7 +187,7 @@ def test_rrf_with_salience_fused_is_the_ranking_before_issue_40():
     embeddings = [unit(1, 0.2, 0), unit(1, 0.5, 0), unit(0.5, 1, 0)]
     ids = ['a', 'b', 'c']
     order, fused = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, salience=[None, 0.5, 1.0],
-                         fusion='rrf', prior='fused', min_relevance=0.25)
+                         fusion='rrf', prior='fused', min_relevance=0.25, below_floor='drop')
     expected = retrieval.rrf_fuse(fused.rankings, retrieval.RetrievalConfig().weights)
     assert order == [c for c, _ in expected]
     assert fused.scores == pytest.approx([s for _, s in expected])
@@ -198,11 +199,21 @@ def test_the_relative_floor_drops_what_scores_far_below_the_best():
     assert _fuse(embeddings, unit(1, 0, 0), [2.0, 1.8, 0.0], ids, relative_floor=0.5)[0] == ['best', 'close']
 
 
-def test_the_floor_gate_floors_only_a_question_no_candidate_is_close_to():
+def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
+    ids = ['a', 'b', 'c', 'd']
+    embeddings = [unit(1, 0.2, 0), unit(0.6, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # c and d below 0.25
+    floor = dict(min_relevance=0.25, floor_exempt_bm25=0)
+    dropped = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, below_floor='drop', **floor)[0]
+    last = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, below_floor='last', **floor)[0]
+    assert dropped == ['a', 'b']
+    assert last[:2] == dropped and sorted(last) == ids  # nothing lost, the floored ranking first
+    assert last[2] == 'c'  # below the floor, fused among themselves: c (BM25's best) before d
+
+
+def test_the_floor_gate_drops_below_the_floor_only_for_a_question_no_candidate_is_close_to():
     ids = ['a', 'b', 'c']
+    gated = dict(min_relevance=0.25, floor_exempt_bm25=0, below_floor='last', floor_gate=0.4)
     far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine < 0.3: off-topic
-    gated = dict(min_relevance=0.25, floor_exempt_bm25=0, floor_gate=0.4)
     assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a']
-    near = [unit(1, 0.2, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine 0.98: on-topic, nothing floored
-    assert sorted(_fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0]) == ids
-    assert _fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, min_relevance=0.25, floor_exempt_bm25=0)[0] == ['a']
+    near = [unit(1, 0.2, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine 0.98: on-topic, nothing dropped
+    assert _fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a', 'b', 'c']
