@@ -14,9 +14,10 @@ own path (`ir_scoring.ranked_passages`, i.e. `Retriever.rank`), next to dense
 and BM25 alone; scores are kept in `OUT/scores.json`, so a rerun only
 computes what is new. Then:
 - leave-one-set-out over the folds (every set but a split one, which its
-  parts replace): the candidate with the best mean objective (mean of
-  nDCG@10 and coverage@10, unfiltered index) on the other folds, scored on
-  the held-out one;
+  parts replace): among the candidates that keep every candidate of both
+  lists (`keeps_every_candidate`), the one with the best mean objective
+  (mean of nDCG@10 and coverage@10, unfiltered index) on the other folds,
+  scored on the held-out one; the default is the one best on all folds;
 - the chosen default against dense and BM25 alone on every set, unfiltered
   and cascade: nDCG@10, coverage@10, recall@100;
 - off-topic questions (other folds' questions: their answers are in no
@@ -59,13 +60,24 @@ CANDIDATES = {
     'rrf, floor 0.25 unless BM25 top 5, below it last': dict(fusion='rrf', below_floor='last', **FLOOR),
     **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last': dict(alpha=a, below_floor='last', **FLOOR)
        for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)},
-    **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last; dropped if best cosine < {g}':
-       dict(alpha=a, below_floor='last', floor_gate=g, **FLOOR) for a in (0.4, 0.5, 0.6) for g in (0.35, 0.4)},
+    **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last; best cosine < {g}: floor on all':
+       dict(alpha=a, below_floor='last', floor_gate=g, **FLOOR) for a in (0.5,) for g in (0.35, 0.4)},
     **{f'convex minmax a={a}, no dedup': dict(alpha=a, dedup_threshold=1.0) for a in (0.3, 0.5)},
 }
 BASELINES = ('dense', 'bm25')
 OBJECTIVE = ('ndcg@10', 'coverage@10')
 OFF_TOPIC_SAMPLE = 200
+
+
+def keeps_every_candidate(settings: dict) -> bool:
+    """Whether a candidate fusion ranks every candidate of both lists (issue 40: no deep candidate thrown away).
+
+    A floor that ranks what is below it last keeps them; one that drops them
+    does, except `floor_gate`'s drop of an off-topic-looking question's.
+    """
+    settings = {**BASE, **settings}
+    floored = settings['min_relevance'] > -1.0 and settings['below_floor'] == 'drop'
+    return not floored and settings['relative_floor'] == 0.0
 
 
 def objective(scores: dict) -> float:
@@ -179,21 +191,23 @@ def main(argv=None) -> int:
         print(f'{name}: scored', flush=True)
 
     table = {(f, c): saved[f'{f}|none|{c}'] for f in folds for c in labels}
+    eligible = [c for c in labels if keeps_every_candidate(CANDIDATES[c])]
     print('\n| held-out set | chosen on the other sets | objective held out | nDCG@10 | coverage@10 | '
           'best single: nDCG@10 / coverage@10 | before (RRF + floor): nDCG@10 / coverage@10 |')
     print('|---|---|---|---|---|---|---|')
-    for held, label, value in leave_one_out(table, folds, labels):
+    for held, label, value in leave_one_out(table, folds, eligible):
         s, single = table[held, label], [saved[f'{held}|none|{b}'] for b in BASELINES]
         print(f"| {held} | {label} | {value:.4f} | {s['ndcg@10']:.4f} | {s['coverage@10']:.4f} | "
               f"{max(x['ndcg@10'] for x in single):.4f} / {max(x['coverage@10'] for x in single):.4f} | "
               f"{table[held, TODAY]['ndcg@10']:.4f} / {table[held, TODAY]['coverage@10']:.4f} |")
     mean_all = {c: np.mean([objective(table[f, c]) for f in folds]) for c in labels}
-    print('\n| candidate | mean objective over all folds | ' + ' | '.join(folds) + ' |')
-    print('|---|---|' + '---|' * len(folds))
+    print('\n| candidate | keeps every candidate | mean objective over all folds | ' + ' | '.join(folds) + ' |')
+    print('|---|---|---|' + '---|' * len(folds))
     for c in sorted(labels, key=lambda c: -mean_all[c]):
-        print(f'| {c} | {mean_all[c]:.4f} | ' + ' | '.join(f'{objective(table[f, c]):.4f}' for f in folds) + ' |')
+        print(f'| {c} | {"yes" if c in eligible else "no"} | {mean_all[c]:.4f} | '
+              + ' | '.join(f'{objective(table[f, c]):.4f}' for f in folds) + ' |')
 
-    default = args.default or max(labels, key=lambda c: mean_all[c])
+    default = args.default or max(eligible, key=lambda c: mean_all[c])
     # The default's tie-break at other widths, on the cascade (salience) and unfiltered indexes.
     for epsilon in args.tie_epsilons:
         CANDIDATES[f'{default}, tie_epsilon={epsilon}'] = {**CANDIDATES[default], 'tie_epsilon': epsilon}

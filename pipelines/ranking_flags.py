@@ -8,7 +8,7 @@ import dataclasses
 from transforms.query import fusion, retrieval
 
 # The ranking before issue 40, reachable by flags (docs/querying.md).
-BEFORE = '--fusion rrf --prior fused --min_relevance 0.25 --below_floor drop'
+BEFORE = '--fusion rrf --prior fused --below_floor drop --floor_gate -1'
 
 
 def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None:
@@ -37,8 +37,8 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
     add('--below_floor', type=str, default=d.below_floor, choices=list(retrieval.BELOW_FLOOR),
         help=f'{prefix}A candidate below the floor is dropped, or ranked after every candidate above it (last).')
     add('--floor_gate', type=float, default=d.floor_gate,
-        help=f'{prefix}A question whose best candidate\'s cosine is below this looks off-topic: its candidates '
-             'below the floor are dropped whatever --below_floor says (-1: none).')
+        help=f'{prefix}A question whose best candidate\'s cosine is below this looks off-topic: every candidate '
+             'below --min_relevance is dropped, BM25\'s top N too (-1: no question is).')
     add('--relative_floor', type=float, default=d.relative_floor,
         help=f'{prefix}Candidates whose fused score is below this fraction of the best one are dropped (0: none).')
     add('--prior', type=str, default=d.prior, choices=list(retrieval.PRIORS),

@@ -38,3 +38,13 @@ def test_split_by_corpus_keeps_each_query_with_its_corpus():
 def test_every_candidate_is_a_valid_ranking_config():
     for label, settings in CANDIDATES.items():
         retrieval.RetrievalConfig(**settings)
+
+
+def test_only_a_fusion_that_drops_no_candidate_of_an_on_topic_question_may_be_the_default():
+    from benchmarks.fusion_sets import keeps_every_candidate
+
+    assert keeps_every_candidate({'alpha': 0.5})
+    assert keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'last'})
+    assert keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'last', 'floor_gate': 0.35})
+    assert not keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'drop'})
+    assert not keeps_every_candidate({'relative_floor': 0.3})

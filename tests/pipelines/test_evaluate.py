@@ -209,8 +209,8 @@ def test_end_to_end_beir_scores_dense_bm25_and_the_query_ranking(tmp_path, embed
 
 def test_beir_hybrid_with_the_floor_on_every_candidate_loses_the_second_hop(tmp_path, embedding_model):
     # The ranking before issue 40 (RRF, floor 0.25), with the floor on every candidate (klarRAG's).
-    _, rows, _ = beir_rows(tmp_path, embedding_model, '--fusion', 'rrf', '--prior', 'fused', '--min_relevance', '0.25',
-                           '--below_floor', 'drop', '--floor_exempt_bm25', '0', '--retrieval', 'hybrid')
+    _, rows, _ = beir_rows(tmp_path, embedding_model, '--fusion', 'rrf', '--prior', 'fused', '--below_floor', 'drop',
+                           '--floor_gate', '-1', '--floor_exempt_bm25', '0', '--retrieval', 'hybrid')
     assert set(rows) == {('none', 'hybrid'), ('exact', 'hybrid')}
     # q1's founder passage (cosine < 0.25) is dropped: 1 of its 2 groups, so 3 of 4 queries have all.
     assert float(rows[('none', 'hybrid')]['all_groups@10']) == 0.75

@@ -84,7 +84,7 @@ def test_retriever_answers_many_queries_deterministically(retriever, index_dir):
 def test_the_ranking_before_issue_40_is_reachable_by_flags(index_dir, embedding_model, capsys):
     # RRF with salience and recency ranked, and klarRAG's floor on every candidate: no junk below 0.25.
     query.run(['--index', str(index_dir), '--json', '--k', '5', '--fusion', 'rrf', '--prior', 'fused',
-               '--min_relevance', '0.25', '--below_floor', 'drop', '--floor_exempt_bm25', '0', PASTA_QUESTION], model=embedding_model)
+               '--below_floor', 'drop', '--floor_gate', '-1', '--floor_exempt_bm25', '0', PASTA_QUESTION], model=embedding_model)
     results = json.loads(capsys.readouterr().out)
     assert results and all(r['cosine'] >= 0.25 for r in results)
     assert {'orbit', 'jupiter'}.isdisjoint(r['doc_id'] for r in results)

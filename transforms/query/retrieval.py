@@ -50,9 +50,9 @@ BELOW_FLOOR = (DROP, LAST)
 class RetrievalConfig:
     """How a query ranks and deduplicates chunks.
 
-    The defaults were chosen by leave-one-set-out over seven IR sets
+    The defaults were chosen by leave-one-set-out over five IR sets
     (docs/results.md, "Fusion chosen across sets"); `fusion='rrf',
-    prior='fused', min_relevance=0.25, below_floor='drop'` is the ranking before
+    prior='fused', below_floor='drop', floor_gate=-1` is the ranking before
     issue 40.
 
     Attributes:
@@ -61,12 +61,12 @@ class RetrievalConfig:
       fusion: `convex` (default): `alpha * dense + (1 - alpha) * bm25` of the
         scores normalized over the candidates (`fusion.convex_fuse`); `rrf`:
         reciprocal rank fusion of the signals' ranks with their weights.
-      alpha: Convex fusion: weight of the dense score, in [0, 1].
-      normalization: Convex fusion: `minmax` or `tmm` (`fusion.normalize`).
-      min_relevance: Candidates whose dense cosine to the query is below this
-        are dropped before fusion, unless BM25 found them
-        (`floor_exempt_bm25`); -1 (default) drops none. klarRAG's
-        MinRelevanceScore was 0.25.
+      alpha: Convex fusion: weight of the dense score, in [0, 1] (default 0.5).
+      normalization: Convex fusion: `minmax` (default) or `tmm` (`fusion.normalize`).
+      min_relevance: The relevance floor: a candidate whose dense cosine to
+        the query is below this, and that BM25 did not find
+        (`floor_exempt_bm25`), is below the floor (default 0.25, klarRAG's
+        MinRelevanceScore; -1: none is).
       floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
         whatever its cosine (default 5; 0 floors every candidate, as
         klarRAG). Measured in docs/results.md ("The relevance floor").
@@ -74,8 +74,9 @@ class RetrievalConfig:
         (klarRAG) or `last` (default: ranked after every candidate above it,
         so the top k is the floored ranking's and nothing deep is lost).
       floor_gate: A question whose best candidate's cosine is below this
-        looks off-topic for the index: its candidates below the floor are
-        dropped whatever `below_floor` says (default -1: none is).
+        looks off-topic for the index: every candidate below
+        `min_relevance` is dropped, BM25's top N too (klarRAG's floor), so
+        it gets few hits (default 0.35; -1: no question is).
       relative_floor: Candidates whose fused score is below this fraction of
         the best candidate's are dropped (default 0: none).
       prior: Where salience and recency enter: `tiebreak` (default) adds at
@@ -98,10 +99,10 @@ class RetrievalConfig:
     fusion: str = CONVEX
     alpha: float = 0.5
     normalization: str = score_fusion.MINMAX
-    min_relevance: float = -1.0
+    min_relevance: float = 0.25
     floor_exempt_bm25: int = 5
     below_floor: str = LAST
-    floor_gate: float = -1.0
+    floor_gate: float = 0.35
     relative_floor: float = 0.0
     prior: str = TIEBREAK
     tie_epsilon: float = 0.01
@@ -257,8 +258,10 @@ def fuse_candidates(
     its BM25 score), whichever list it came from. A candidate is below the
     floor when its cosine to the query is below `config.min_relevance` and
     BM25 does not rank it in its top `config.floor_exempt_bm25`; those are
-    dropped (`below_floor='drop'`, or a question whose best candidate is below
-    `config.floor_gate`) or ranked after all the others (`'last'`). Each tier
+    dropped (`below_floor='drop'`) or ranked after all the others (`'last'`).
+    A question whose best candidate is below `config.floor_gate` looks
+    off-topic: every candidate below `min_relevance` is dropped, BM25's
+    top N too. Each tier
     is fused (`config.fusion`), salience and recency enter as `config.prior`
     says, and those below `config.relative_floor` of their tier's best fused
     score are dropped.
@@ -278,9 +281,9 @@ def fuse_candidates(
     cosines = {r: float(embeddings[r] @ query) for r in rows}
     # What BM25 ranks this high was found by another signal: the floor does not drop it.
     exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
-    below = {r for r in rows if cosines[r] < config.min_relevance and r not in exempt}
-    # A question no candidate is close to looks off-topic: what is below the floor is dropped.
+    # A question no candidate is close to looks off-topic: klarRAG's floor, on every candidate.
     off_topic = max(cosines.values(), default=-1.0) < config.floor_gate
+    below = {r for r in rows if cosines[r] < config.min_relevance and (off_topic or r not in exempt)}
     if config.below_floor == DROP or off_topic:
         rows, below = [r for r in rows if r not in below], set()
     by_id = {chunk_ids[r]: r for r in rows}

@@ -187,7 +187,7 @@ def test_rrf_with_salience_fused_is_the_ranking_before_issue_40():
     embeddings = [unit(1, 0.2, 0), unit(1, 0.5, 0), unit(0.5, 1, 0)]
     ids = ['a', 'b', 'c']
     order, fused = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, salience=[None, 0.5, 1.0],
-                         fusion='rrf', prior='fused', min_relevance=0.25, below_floor='drop')
+                         fusion='rrf', prior='fused', below_floor='drop', floor_gate=-1.0)
     expected = retrieval.rrf_fuse(fused.rankings, retrieval.RetrievalConfig().weights)
     assert order == [c for c, _ in expected]
     assert fused.scores == pytest.approx([s for _, s in expected])
@@ -196,7 +196,8 @@ def test_rrf_with_salience_fused_is_the_ranking_before_issue_40():
 def test_the_relative_floor_drops_what_scores_far_below_the_best():
     embeddings = [unit(1, 0, 0), unit(0.9, 0.4, 0), unit(0, 0, 1)]
     ids = ['best', 'close', 'far']
-    assert _fuse(embeddings, unit(1, 0, 0), [2.0, 1.8, 0.0], ids, relative_floor=0.5)[0] == ['best', 'close']
+    assert _fuse(embeddings, unit(1, 0, 0), [2.0, 1.8, 0.0], ids, min_relevance=-1.0,
+                 relative_floor=0.5)[0] == ['best', 'close']
 
 
 def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
@@ -210,10 +211,11 @@ def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
     assert last[2] == 'c'  # below the floor, fused among themselves: c (BM25's best) before d
 
 
-def test_the_floor_gate_drops_below_the_floor_only_for_a_question_no_candidate_is_close_to():
+def test_the_floor_gate_floors_every_candidate_only_for_a_question_no_candidate_is_close_to():
     ids = ['a', 'b', 'c']
-    gated = dict(min_relevance=0.25, floor_exempt_bm25=0, below_floor='last', floor_gate=0.4)
+    gated = dict(min_relevance=0.25, floor_exempt_bm25=5, below_floor='last', floor_gate=0.4)
     far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine < 0.3: off-topic
+    # klarRAG's floor on every candidate: BM25's best ('b', cosine 0.2) is dropped too.
     assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a']
     near = [unit(1, 0.2, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine 0.98: on-topic, nothing dropped
     assert _fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a', 'b', 'c']

@@ -136,7 +136,8 @@ def test_the_floor_keeps_what_bm25_found_and_drops_junk_nothing_ranks(hops, embe
     from transforms.query import retrieval
 
     def found(exempt):
-        config = retrieval.RetrievalConfig(min_relevance=0.25, below_floor='drop', floor_exempt_bm25=exempt)
+        config = retrieval.RetrievalConfig(min_relevance=0.25, below_floor='drop', floor_gate=-1.0,
+                                           floor_exempt_bm25=exempt)
         result = Retriever.of_chunks(hops, embedding_model, config).search(MULTI_HOP_QUESTION, k=4)
         return {h.text: h for h in result.hits}
 
