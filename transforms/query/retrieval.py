@@ -44,6 +44,8 @@ PRIORS = (TIEBREAK, FUSED)
 DROP = 'drop'
 LAST = 'last'
 BELOW_FLOOR = (DROP, LAST)
+# Added to the fused score of a candidate ranked below the floor: a negative score says so.
+BELOW_OFFSET = -2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,10 +263,11 @@ def fuse_candidates(
     dropped (`below_floor='drop'`) or ranked after all the others (`'last'`).
     A question whose best candidate is below `config.floor_gate` looks
     off-topic: every candidate below `min_relevance` is dropped, BM25's
-    top N too. Each tier
-    is fused (`config.fusion`), salience and recency enter as `config.prior`
-    says, and those below `config.relative_floor` of their tier's best fused
-    score are dropped.
+    top N too. Each tier is fused (`config.fusion`), salience and recency
+    enter as `config.prior` says, and those below `config.relative_floor` of
+    their tier's best fused score are dropped; the scores of the tier below
+    the floor are shifted by `BELOW_OFFSET` (negative), so scores fall as
+    the ranking goes down.
 
     Args:
       query: The normalized query embedding.
@@ -289,8 +292,9 @@ def fuse_candidates(
     by_id = {chunk_ids[r]: r for r in rows}
     rankings = _rankings(by_id, cosines, bm25, salience, timestamps)
     out_rows, out_scores = [], []
-    # Candidates above the floor first, then those below it ('last'), each tier fused on its own.
-    for tier in ([r for r in rows if r not in below], [r for r in rows if r in below]):
+    # Candidates above the floor first, then those below it ('last'), each tier fused on its own;
+    # the scores below the floor are shifted below every score above it (fused scores are < 2).
+    for tier, offset in (([r for r in rows if r not in below], 0.0), ([r for r in rows if r in below], BELOW_OFFSET)):
         tier_ids = {chunk_ids[r]: r for r in tier}
         ids, kept = list(tier_ids), list(tier_ids.values())
         tier_rankings = rankings if not below else _rankings(tier_ids, cosines, bm25, salience, timestamps)
@@ -298,7 +302,7 @@ def fuse_candidates(
         keep = score_fusion.relative_floor(scores, config.relative_floor)
         order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-scores[i], ids[i]))
         out_rows += [kept[i] for i in order]
-        out_scores += [float(scores[i]) for i in order]
+        out_scores += [float(scores[i]) + offset for i in order]
     return Fused(out_rows, out_scores, rankings, cosines)
 
 

@@ -209,6 +209,8 @@ def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
     assert dropped == ['a', 'b']
     assert last[:2] == dropped and sorted(last) == ids  # nothing lost, the floored ranking first
     assert last[2] == 'c'  # below the floor, fused among themselves: c (BM25's best) before d
+    scores = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, below_floor='last', **floor)[1].scores
+    assert scores == sorted(scores, reverse=True) and scores[1] >= 0 > scores[2]
 
 
 def test_the_floor_gate_floors_every_candidate_only_for_a_question_no_candidate_is_close_to():
