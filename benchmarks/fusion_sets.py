@@ -61,7 +61,7 @@ CANDIDATES = {
     **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last': dict(alpha=a, below_floor='last', **FLOOR)
        for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)},
     **{f'convex minmax a={a}, floor 0.25 unless BM25 top 5, below it last; best cosine < {g}: floor on all':
-       dict(alpha=a, below_floor='last', floor_gate=g, **FLOOR) for a in (0.5,) for g in (0.35, 0.4)},
+       dict(alpha=a, below_floor='last', floor_gate=g, **FLOOR) for a in (0.5,) for g in (0.3, 0.35, 0.4)},
     **{f'convex minmax a={a}, no dedup': dict(alpha=a, dedup_threshold=1.0) for a in (0.3, 0.5)},
 }
 BASELINES = ('dense', 'bm25')
