@@ -28,7 +28,6 @@ Embeddings are cached under `--cache` (the evaluation's feature cache).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys

@@ -13,10 +13,13 @@ top-N; each is scored by both signals (its cosine, its BM25 score), the two
 are normalized over the candidates (min-max) and combined as
 `alpha * dense + (1 - alpha) * bm25`; salience and recency raise a score by
 at most `tie_epsilon` of the best one, so they only reorder near-ties (see
-transforms/query/fusion.py). `--fusion rrf --prior fused --min_relevance 0.25`
-is the ranking before issue 40: a cosine floor (sparing BM25's top
-`floor_exempt_bm25`), then reciprocal rank fusion of the four signals' ranks,
-`weight / (60 + rank)`. The fused list is walked
+transforms/query/fusion.py). Candidates below the relevance floor (cosine
+< `min_relevance`, not in BM25's top `floor_exempt_bm25`) are ranked after
+the others, or dropped for a question whose best candidate is below
+`floor_gate` (it looks off-topic). `--fusion rrf --prior fused --below_floor
+drop --floor_gate -1` is the ranking before issue 40: the floor drops, then
+reciprocal rank fusion of the four signals' ranks, `weight / (60 + rank)`
+(docs/querying.md). The fused list is walked
 in order (score descending, then chunk_id); a chunk whose cosine to an already
 selected chunk is >= `dedup_threshold` is skipped, until k are selected.
 `--where` restricts every candidate to an allow-list computed before the

@@ -1,4 +1,4 @@
-"""Score fusion of the query signals: convex combination of normalized scores, tie-breaking prior, relative floor.
+"""Score fusion of the query signals: convex combination of normalized scores, RRF, tie-breaking prior, relative floor.
 
 Pure numpy functions over one query's candidates (arrays aligned on the
 candidate list); `retrieval.fuse_candidates` wires them. The convex
@@ -13,10 +13,12 @@ reorder candidates whose fused scores are that close (`tie_break`).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+# The constant of Cormack et al. (2009): damps the gap between the first ranks.
+RRF_K = 60
 MINMAX = 'minmax'
 TMM = 'tmm'
 NORMALIZATIONS = (MINMAX, TMM)
@@ -116,3 +118,42 @@ def relative_floor(scores: np.ndarray, fraction: float) -> np.ndarray:
     if not len(scores) or fraction <= 0:
         return np.ones(len(scores), bool)
     return scores >= fraction * float(scores.max())
+
+
+def rank(values: Mapping[str, Optional[float]]) -> dict[str, int]:
+    """1-based ranks by value, highest first; equal values are ordered by id.
+
+    Args:
+      values: Value per chunk id; None means the chunk has no value (neutral).
+
+    Returns:
+      Rank per chunk id that has a value.
+    """
+    present = sorted((k for k, v in values.items() if v is not None), key=lambda k: (-values[k], k))
+    return {k: i + 1 for i, k in enumerate(present)}
+
+
+def rrf_fuse(
+    rankings: Mapping[str, Mapping[str, int]],
+    weights: Mapping[str, float],
+    rrf_k: float = RRF_K,
+) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion: score(c) = sum over signals s of weight_s / (rrf_k + rank_s(c)).
+
+    A chunk absent from a signal's ranking gets nothing from it.
+
+    Args:
+      rankings: Per signal name, the 1-based rank of each chunk id.
+      weights: Per signal name, its weight; a signal without one weighs 0.
+      rrf_k: The fusion constant.
+
+    Returns:
+      `(chunk_id, score)` for every ranked chunk, by score descending then
+      chunk_id, so ties always come out in the same order.
+    """
+    scores: dict[str, float] = {}
+    for signal, ranks in rankings.items():
+        weight = weights.get(signal, 0.0)
+        for chunk_id, r in ranks.items():
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (rrf_k + r)
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))

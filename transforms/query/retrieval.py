@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 import numbers
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -30,8 +30,6 @@ from transforms.query import fusion as score_fusion
 from transforms.validate import check_threshold
 
 SIGNALS = ('dense', 'bm25', 'salience', 'recency')
-# The constant of Cormack et al. (2009): damps the gap between the first ranks.
-RRF_K = 60
 CONVEX = 'convex'
 RRF = 'rrf'
 FUSIONS = (CONVEX, RRF)
@@ -109,7 +107,7 @@ class RetrievalConfig:
     prior: str = TIEBREAK
     tie_epsilon: float = 0.01
     dedup_threshold: float = 0.90
-    rrf_k: float = RRF_K
+    rrf_k: float = score_fusion.RRF_K
     weight_dense: float = 1.0
     weight_bm25: float = 1.0
     weight_salience: float = 0.5
@@ -184,45 +182,6 @@ def check_k(k, name: str = 'k') -> None:
         raise ValueError(f'{name} must be a whole number >= 1, got {k!r}')
     if k < 1:
         raise ValueError(f'{name} must be >= 1, got {k}')
-
-
-def rank(values: Mapping[str, Optional[float]]) -> dict[str, int]:
-    """1-based ranks by value, highest first; equal values are ordered by id.
-
-    Args:
-      values: Value per chunk id; None means the chunk has no value (neutral).
-
-    Returns:
-      Rank per chunk id that has a value.
-    """
-    present = sorted((k for k, v in values.items() if v is not None), key=lambda k: (-values[k], k))
-    return {k: i + 1 for i, k in enumerate(present)}
-
-
-def rrf_fuse(
-    rankings: Mapping[str, Mapping[str, int]],
-    weights: Mapping[str, float],
-    rrf_k: float = RRF_K,
-) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: score(c) = sum over signals s of weight_s / (rrf_k + rank_s(c)).
-
-    A chunk absent from a signal's ranking gets nothing from it.
-
-    Args:
-      rankings: Per signal name, the 1-based rank of each chunk id.
-      weights: Per signal name, its weight; a signal without one weighs 0.
-      rrf_k: The fusion constant.
-
-    Returns:
-      `(chunk_id, score)` for every ranked chunk, by score descending then
-      chunk_id, so ties always come out in the same order.
-    """
-    scores: dict[str, float] = {}
-    for signal, ranks in rankings.items():
-        weight = weights.get(signal, 0.0)
-        for chunk_id, r in ranks.items():
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (rrf_k + r)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,10 +267,10 @@ def fuse_candidates(
 
 def _rankings(by_id, cosines, bm25, salience, timestamps) -> dict[str, dict[str, int]]:
     return {
-        'dense': rank({c: cosines[r] for c, r in by_id.items()}),
-        'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
-        'salience': rank({c: salience[r] for c, r in by_id.items()}),
-        'recency': rank({c: timestamps[r] for c, r in by_id.items()}),
+        'dense': score_fusion.rank({c: cosines[r] for c, r in by_id.items()}),
+        'bm25': score_fusion.rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
+        'salience': score_fusion.rank({c: salience[r] for c, r in by_id.items()}),
+        'recency': score_fusion.rank({c: timestamps[r] for c, r in by_id.items()}),
     }
 
 
@@ -321,7 +280,7 @@ def _fused_scores(ids, kept, rankings, cosines, bm25, salience, timestamps, conf
         weights = config.weights
         if config.prior == TIEBREAK:
             weights = {**weights, 'salience': 0.0, 'recency': 0.0}
-        fused = dict(rrf_fuse(rankings, weights, config.rrf_k))
+        fused = dict(score_fusion.rrf_fuse(rankings, weights, config.rrf_k))
         scores = np.array([fused.get(c, 0.0) for c in ids])
     else:
         scores = score_fusion.convex_fuse(

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import _chunk
 from transforms.ingest.records import parse_timestamp
-from transforms.query import retrieval
+from transforms.query import fusion, retrieval
 
 
 def unit(*v):
@@ -16,14 +16,14 @@ def unit(*v):
 
 
 def test_rank_orders_by_value_then_id_and_skips_missing():
-    assert retrieval.rank({'b': 0.5, 'a': 0.5, 'c': 0.9, 'd': None}) == {'c': 1, 'a': 2, 'b': 3}
-    assert retrieval.rank({}) == {}
+    assert fusion.rank({'b': 0.5, 'a': 0.5, 'c': 0.9, 'd': None}) == {'c': 1, 'a': 2, 'b': 3}
+    assert fusion.rank({}) == {}
 
 
 def test_rrf_fuse_on_hand_made_rankings():
     rankings = {'dense': {'a': 1, 'b': 2, 'c': 3}, 'bm25': {'c': 1, 'a': 2}, 'salience': {'b': 1}}
     weights = {'dense': 1.0, 'bm25': 1.0, 'salience': 0.5}
-    fused = retrieval.rrf_fuse(rankings, weights, rrf_k=60)
+    fused = fusion.rrf_fuse(rankings, weights, rrf_k=60)
     expected = {
         'a': 1 / 61 + 1 / 62,
         'b': 1 / 62 + 0.5 / 61,
@@ -36,10 +36,10 @@ def test_rrf_fuse_on_hand_made_rankings():
 
 def test_rrf_fuse_ties_break_by_chunk_id_and_zero_weight_ignores_a_signal():
     # Mirror-image rankings give equal scores: chunk_id decides, whatever the input order.
-    fused = retrieval.rrf_fuse({'dense': {'z': 1, 'y': 2}, 'bm25': {'y': 1, 'z': 2}}, {'dense': 1, 'bm25': 1})
+    fused = fusion.rrf_fuse({'dense': {'z': 1, 'y': 2}, 'bm25': {'y': 1, 'z': 2}}, {'dense': 1, 'bm25': 1})
     assert [c for c, _ in fused] == ['y', 'z']
     assert fused[0][1] == fused[1][1]
-    fused = retrieval.rrf_fuse({'dense': {'a': 2, 'b': 1}, 'recency': {'a': 1}}, {'dense': 1, 'recency': 0})
+    fused = fusion.rrf_fuse({'dense': {'a': 2, 'b': 1}, 'recency': {'a': 1}}, {'dense': 1, 'recency': 0})
     assert [c for c, _ in fused] == ['b', 'a']
 
 
@@ -188,7 +188,7 @@ def test_rrf_with_salience_fused_is_the_ranking_before_issue_40():
     ids = ['a', 'b', 'c']
     order, fused = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, salience=[None, 0.5, 1.0],
                          fusion='rrf', prior='fused', below_floor='drop', floor_gate=-1.0)
-    expected = retrieval.rrf_fuse(fused.rankings, retrieval.RetrievalConfig().weights)
+    expected = fusion.rrf_fuse(fused.rankings, retrieval.RetrievalConfig().weights)
     assert order == [c for c, _ in expected]
     assert fused.scores == pytest.approx([s for _, s in expected])
 
