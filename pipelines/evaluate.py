@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pipelines import cli
+from pipelines import cli, ranking_flags
 from pipelines import progress as progress_view
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
@@ -106,7 +106,7 @@ class EvaluateConfig:
         (estimated) bytes in all; 0 keeps only this run's, as a build does.
       retrieval: `dense` (the study's protocol: exact top-k by cosine) or
         `hybrid` (the query job's ranking: dense + BM25 + salience + recency
-        fused by RRF, then cross-document dedup; see transforms/retrieval.py).
+        fused (transforms/query/retrieval.py), then cross-document dedup).
       retrievals: For `beir`: the rankings scored, among `dense`, `bm25`, `hybrid`.
       split: For `beir`: the qrels file, `qrels/<split>.tsv`.
       ranking: The hybrid ranking's settings (floor, candidates, weights).
@@ -384,15 +384,10 @@ def parser() -> argparse.ArgumentParser:
                         help='spaCy package lemmatizing the preprocessed variant.')
     parser.add_argument('--retrieval', type=str, default=None,
                         help=f'chroma, squad: one of {list(RETRIEVALS)} (default dense): exact top-k by cosine '
-                             '(the study), or the query job\'s RRF of dense, BM25, salience and recency, then '
+                             '(the study), or the query job\'s fusion of dense and BM25 (salience and recency break near-ties), then '
                              'cross-document dedup. beir: comma-separated, among '
                              f'{list(ir_scoring.IR_RETRIEVALS)} (default all).')
-    defaults = ranking.RetrievalConfig()
-    parser.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
-                        help='Hybrid: the dense cosine floor, as `ragsieve query --min_relevance`.')
-    parser.add_argument('--floor_exempt_bm25', type=int, default=defaults.floor_exempt_bm25,
-                        help='Hybrid: candidates BM25 ranks in its top N are kept below the floor, as '
-                             '`ragsieve query --floor_exempt_bm25` (0: the floor drops every candidate below it).')
+    ranking_flags.add_ranking_flags(parser, prefix='Hybrid: ')
     parser.add_argument('--cache', type=str, default=None,
                         help='Root of the feature cache (embeddings, entities) kept between runs, '
                              'in the build\'s layout; default: $XDG_CACHE_HOME/ragsieve/evaluate '
@@ -440,7 +435,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         retrieval=kinds[0] if kinds and args.dataset != BEIR else DENSE,
         retrievals=kinds if kinds and args.dataset == BEIR else ir_scoring.IR_RETRIEVALS,
         split=args.split,
-        ranking=ranking.RetrievalConfig(min_relevance=args.min_relevance, floor_exempt_bm25=args.floor_exempt_bm25),
+        ranking=ranking_flags.ranking_config(args),
         cache_max_bytes=args.cache_max_bytes,
         cache=None if args.cache == feature_cache.NO_CACHE else (args.cache or str(default_cache())),
     )

@@ -1,4 +1,4 @@
-"""Query job: hybrid retrieval over a built index (RRF fusion, then cross-document dedup).
+"""Query job: hybrid retrieval over a built index (score fusion, then cross-document dedup).
 
     python -m pipelines.query --index OUT [--k 5] [--where KEY=VALUE ...] [--json] [--verbose] "question"
     ragsieve query --index OUT "question"
@@ -9,12 +9,17 @@ or from Python, loading the index, the BM25 index and the model once:
     result = retriever.search('question', k=5, where={'release': '3.12'})
 
 Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
-top-N; those with a dense cosine below `min_relevance` are dropped, unless
-BM25 ranks them in its top `floor_exempt_bm25` (5). Each
-signal (dense cosine, BM25 score, salience, recency) ranks the candidates
-(1 = best, ties by chunk_id); reciprocal rank fusion sums
-`weight / (60 + rank)` over the signals where the chunk has a value (see
-transforms/retrieval.py for what counts as neutral). The fused list is walked
+top-N; each is scored by both signals (its cosine, its BM25 score), the two
+are normalized over the candidates (min-max) and combined as
+`alpha * dense + (1 - alpha) * bm25`; salience and recency raise a score by
+at most `tie_epsilon` of the best one, so they only reorder near-ties (see
+transforms/query/fusion.py). Candidates below the relevance floor (cosine
+< `min_relevance`, not in BM25's top `floor_exempt_bm25`) are ranked after
+the others, or dropped for a question whose best candidate is below
+`floor_gate` (it looks off-topic). `--fusion rrf --prior fused --below_floor
+drop --floor_gate -1` is the ranking before issue 40: the floor drops, then
+reciprocal rank fusion of the four signals' ranks, `weight / (60 + rank)`
+(docs/querying.md). The fused list is walked
 in order (score descending, then chunk_id); a chunk whose cosine to an already
 selected chunk is >= `dedup_threshold` is skipped, until k are selected.
 `--where` restricts every candidate to an allow-list computed before the
@@ -38,7 +43,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipelines import cli
+from pipelines import cli, ranking_flags
 from transforms.features.models import check_device
 from transforms.query import retrieval
 from transforms.query import where as where_filter
@@ -48,7 +53,6 @@ LOG = logging.getLogger('ragsieve.query')
 
 def parser() -> argparse.ArgumentParser:
     """The query flags."""
-    defaults = retrieval.RetrievalConfig()
     p = cli.OneLineParser(prog='ragsieve query', description='Query a built ragsieve index.')
     p.add_argument('question', type=str, help='The question to retrieve chunks for.')
     p.add_argument('--index', type=str, required=True, help='Directory of a built index, or a versioned root (--versioned '
@@ -68,19 +72,7 @@ def parser() -> argparse.ArgumentParser:
                    help='IVF index types: inverted lists searched per query (more: slower, better recall).')
     p.add_argument('--ef_search', type=int, default=None,
                    help='HNSW index types: candidate list size of the search (more: slower, better recall).')
-    p.add_argument('--candidates', type=int, default=defaults.candidates,
-                   help='N: the union of the dense top-N and the BM25 top-N is fused.')
-    p.add_argument('--min_relevance', type=float, default=defaults.min_relevance,
-                   help='Candidates with a dense cosine below this are dropped, unless BM25 found them '
-                        '(--floor_exempt_bm25).')
-    p.add_argument('--floor_exempt_bm25', type=int, default=defaults.floor_exempt_bm25,
-                   help='Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
-                        'signal found is not junk (0: the floor drops every candidate below it).')
-    p.add_argument('--dedup_threshold', type=float, default=defaults.dedup_threshold,
-                   help='Skip a chunk whose cosine to an already selected chunk is >= this.')
-    for signal in retrieval.SIGNALS:
-        p.add_argument(f'--weight_{signal}', type=float, default=getattr(defaults, f'weight_{signal}'),
-                       help=f'RRF weight of the {signal} rank.')
+    ranking_flags.add_ranking_flags(p)
     return p
 
 
@@ -122,13 +114,7 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
     retrieval.check_question(args.question)
     retrieval.check_k(args.k, '--k')
     check_device(args.device)
-    config = retrieval.RetrievalConfig(
-        candidates=args.candidates,
-        min_relevance=args.min_relevance,
-        floor_exempt_bm25=args.floor_exempt_bm25,
-        dedup_threshold=args.dedup_threshold,
-        **{f'weight_{s}': getattr(args, f'weight_{s}') for s in retrieval.SIGNALS},
-    )
+    config = ranking_flags.ranking_config(args)
     where = where_filter.parse_where(args.where) if args.where else None
     retriever = Retriever(args.index, config, model=model, model_name=args.embedding_model, device=args.device,
                           nprobe=args.nprobe, ef_search=args.ef_search)

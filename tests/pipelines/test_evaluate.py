@@ -201,14 +201,16 @@ def test_end_to_end_beir_scores_dense_bm25_and_the_query_ranking(tmp_path, embed
     assert float(dense['recall@100']) == 1.0 and float(dense['coverage@10']) == 1.0
     # Each query's best passage is its answer, whatever the retrieval.
     assert float(dense['mrr@10']) == float(bm25['mrr@10']) == float(hybrid['mrr@10']) == 1.0
-    # The floor keeps the second hop BM25 found: every group of every query is found.
+    # The fusion keeps the second hop BM25 found: every group of every query is found.
     assert float(hybrid['all_groups@10']) == 1.0
     table = (out / 'table_recursive_64_0.md').read_text()
     assert '| No filtering | hybrid | 8 | 0.0 |' in table and 'coverage@10' in table
 
 
 def test_beir_hybrid_with_the_floor_on_every_candidate_loses_the_second_hop(tmp_path, embedding_model):
-    _, rows, _ = beir_rows(tmp_path, embedding_model, '--floor_exempt_bm25', '0', '--retrieval', 'hybrid')
+    # The ranking before issue 40 (RRF, floor 0.25), with the floor on every candidate (klarRAG's).
+    _, rows, _ = beir_rows(tmp_path, embedding_model, '--fusion', 'rrf', '--prior', 'fused', '--below_floor', 'drop',
+                           '--floor_gate', '-1', '--floor_exempt_bm25', '0', '--retrieval', 'hybrid')
     assert set(rows) == {('none', 'hybrid'), ('exact', 'hybrid')}
     # q1's founder passage (cosine < 0.25) is dropped: 1 of its 2 groups, so 3 of 4 queries have all.
     assert float(rows[('none', 'hybrid')]['all_groups@10']) == 0.75

@@ -8,12 +8,14 @@ retrievals search the chunks a filter kept:
 - `dense`: exact top-k by cosine (FAISS inner product over normalized vectors);
 - `bm25`: the build's BM25 (`output.bm25.build_bm25`) alone;
 - `hybrid`: the query job's own ranking, `Retriever.rank` over the kept
-  chunks in memory (RRF of dense, BM25, salience, recency; relevance floor;
+  chunks in memory (fusion of dense and BM25, salience and recency as tie-break;
   post-ranking dedup), with the run's `RetrievalConfig`.
 
 The @10 metrics come from the ranking with the configuration as given;
-recall@100 from the same ranking run deeper, with at least 100 candidates
-per signal (the default 50 could not fill 100 places).
+recall@100 from the same ranking run deeper, with as many candidates per
+signal as dense and BM25 alone rank for it (`CHUNKS_PER_PLACE * DEEP`
+chunks), so the fusion sees every passage either single signal would
+return in its top 100.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def ranked_passages(kind: str, retriever: Retriever, queries: Sequence[Query], q
     if kind == HYBRID:
         top, deep = [], []
         retrievers = ((TOP, retriever.with_config(config)),
-                      (DEEP, retriever.with_config(dataclasses.replace(config, candidates=max(config.candidates, DEEP)))))
+                      (DEEP, retriever.with_config(dataclasses.replace(
+                          config, candidates=max(config.candidates, CHUNKS_PER_PLACE * DEEP)))))
         row_of = {c: i for i, c in enumerate(retriever.chunk_ids)}
         for query, vector in zip(queries, query_vectors):
             for (depth, searcher), out in zip(retrievers, (top, deep)):

@@ -1,10 +1,13 @@
-"""Query-time ranking: BM25, reciprocal rank fusion and post-ranking cross-document dedup.
+"""Query-time ranking: candidates, score fusion and post-ranking cross-document dedup.
 
 Pure functions, no Beam and no model: `pipelines/query.py` wires them to a
-built index. The fusion follows the klarRAG retrieval phase: each signal
-(dense cosine, BM25, salience, recency) ranks the candidates, reciprocal rank
-fusion adds `weight / (rrf_k + rank)` per signal, and the fused list is then
-walked in order, skipping chunks too similar to one already selected.
+built index. The candidates are the union of the dense and the BM25 top-N;
+by default their scores are fused by a convex combination of the normalized
+dense and BM25 scores (`fusion.py`), and salience and recency only break
+near-ties. `fusion='rrf'` is klarRAG's retrieval phase: each signal ranks
+the candidates and reciprocal rank fusion adds `weight / (rrf_k + rank)` per
+signal. Either way the fused list is then walked in order, skipping chunks
+too similar to one already selected.
 
 Neutral values: a signal that has no value for a chunk (a null salience, no
 parseable timestamp in the metadata, a BM25 score of 0 i.e. no query term in
@@ -18,48 +21,93 @@ import dataclasses
 import json
 import math
 import numbers
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from transforms.ingest.records import RECENCY_KEYS, parse_timestamp
+from transforms.query import fusion as score_fusion
 from transforms.validate import check_threshold
 
 SIGNALS = ('dense', 'bm25', 'salience', 'recency')
-# The constant of Cormack et al. (2009): damps the gap between the first ranks.
-RRF_K = 60
+CONVEX = 'convex'
+RRF = 'rrf'
+FUSIONS = (CONVEX, RRF)
+# Where salience and recency enter: as a bounded tie-break (`fusion.tie_break`),
+# or as two more ranked signals of the RRF (klarRAG's, the default before issue 40).
+TIEBREAK = 'tiebreak'
+FUSED = 'fused'
+PRIORS = (TIEBREAK, FUSED)
+# What becomes of a candidate below the relevance floor.
+DROP = 'drop'
+LAST = 'last'
+BELOW_FLOOR = (DROP, LAST)
+# Added to the fused score of a candidate ranked below the floor: a negative score says so.
+BELOW_OFFSET = -2.0
+
+
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig:
     """How a query ranks and deduplicates chunks.
 
+    The defaults were chosen by leave-one-set-out over five IR sets
+    (docs/results.md, "Fusion chosen across sets"); `fusion='rrf',
+    prior='fused', below_floor='drop', floor_gate=-1` is the ranking before
+    issue 40.
+
     Attributes:
       candidates: N: the union of the dense top-N and the BM25 top-N is fused
         (default 50).
-      min_relevance: Candidates whose dense cosine to the query is below this
-        are dropped before fusion (default 0.25, klarRAG's MinRelevanceScore),
-        unless BM25 found them (`floor_exempt_bm25`).
+      fusion: `convex` (default): `alpha * dense + (1 - alpha) * bm25` of the
+        scores normalized over the candidates (`fusion.convex_fuse`); `rrf`:
+        reciprocal rank fusion of the signals' ranks with their weights.
+      alpha: Convex fusion: weight of the dense score, in [0, 1] (default 0.5).
+      normalization: Convex fusion: `minmax` (default) or `tmm` (`fusion.normalize`).
+      min_relevance: The relevance floor: a candidate whose dense cosine to
+        the query is below this, and that BM25 did not find
+        (`floor_exempt_bm25`), is below the floor (default 0.25, klarRAG's
+        MinRelevanceScore; -1: none is).
       floor_exempt_bm25: A candidate BM25 ranks in its top N is kept
         whatever its cosine (default 5; 0 floors every candidate, as
-        klarRAG). The second hop of a multi-hop question is often far from
-        the question in embedding space and found by BM25 alone; a candidate
-        that neither signal ranks well is still dropped. Measured in
-        docs/results.md ("The relevance floor").
+        klarRAG). Measured in docs/results.md ("The relevance floor").
+      below_floor: What becomes of a candidate below the floor: `drop`
+        (klarRAG) or `last` (default: ranked after every candidate above it,
+        so the top k is the floored ranking's and nothing deep is lost).
+      floor_gate: A question whose best candidate's cosine is below this
+        looks off-topic for the index: every candidate below
+        `min_relevance` is dropped, BM25's top N too (klarRAG's floor), so
+        it gets few hits (default 0.35; -1: no question is).
+      relative_floor: Candidates whose fused score is below this fraction of
+        the best candidate's are dropped (default 0: none).
+      prior: Where salience and recency enter: `tiebreak` (default) adds at
+        most `tie_epsilon` times the best fused score, so they reorder only
+        candidates of comparable relevance; `fused` ranks them as two more
+        RRF signals (needs `fusion='rrf'`).
+      tie_epsilon: `tiebreak`: the largest raise, as a fraction of the best
+        fused score (default 0.01).
       dedup_threshold: A chunk whose cosine to an already selected chunk is at
         least this is skipped as a duplicate (default 0.90, as at ingestion).
       rrf_k: Reciprocal rank fusion constant (default 60).
-      weight_dense: Weight of the dense rank (default 1.0).
-      weight_bm25: Weight of the BM25 rank (default 1.0).
-      weight_salience: Weight of the salience rank (default 0.5). Salience and
-        recency do not depend on the query, so by default they only reorder
-        chunks that the query signals already rank close together.
-      weight_recency: Weight of the recency rank (default 0.5).
+      weight_dense: RRF weight of the dense rank (default 1.0).
+      weight_bm25: RRF weight of the BM25 rank (default 1.0).
+      weight_salience: Weight of salience: in the tie-break's mix, or its RRF
+        weight with `prior='fused'` (default 0.5).
+      weight_recency: Weight of recency, likewise (default 0.5).
     """
 
     candidates: int = 50
+    fusion: str = CONVEX
+    alpha: float = 0.5
+    normalization: str = score_fusion.MINMAX
     min_relevance: float = 0.25
     floor_exempt_bm25: int = 5
+    below_floor: str = LAST
+    floor_gate: float = 0.35
+    relative_floor: float = 0.0
+    prior: str = TIEBREAK
+    tie_epsilon: float = 0.01
     dedup_threshold: float = 0.90
-    rrf_k: float = RRF_K
+    rrf_k: float = score_fusion.RRF_K
     weight_dense: float = 1.0
     weight_bm25: float = 1.0
     weight_salience: float = 0.5
@@ -68,11 +116,30 @@ class RetrievalConfig:
     def __post_init__(self):
         if self.candidates <= 0:
             raise ValueError(f'candidates must be > 0, got {self.candidates}')
+        if self.fusion not in FUSIONS:
+            raise ValueError(f'fusion must be one of {list(FUSIONS)}, got {self.fusion!r}')
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f'alpha must be in [0, 1], got {self.alpha}')
+        if self.normalization not in score_fusion.NORMALIZATIONS:
+            raise ValueError(f'normalization must be one of {list(score_fusion.NORMALIZATIONS)}, '
+                             f'got {self.normalization!r}')
         if not -1.0 <= self.min_relevance <= 1.0:
             raise ValueError(f'min_relevance must be a cosine in [-1, 1], got {self.min_relevance}')
         if isinstance(self.floor_exempt_bm25, bool) or not isinstance(self.floor_exempt_bm25, numbers.Integral) \
                 or self.floor_exempt_bm25 < 0:
             raise ValueError(f'floor_exempt_bm25 must be a whole number >= 0, got {self.floor_exempt_bm25!r}')
+        if self.below_floor not in BELOW_FLOOR:
+            raise ValueError(f'below_floor must be one of {list(BELOW_FLOOR)}, got {self.below_floor!r}')
+        if not -1.0 <= self.floor_gate <= 1.0:
+            raise ValueError(f'floor_gate must be a cosine in [-1, 1], got {self.floor_gate}')
+        if not 0.0 <= self.relative_floor <= 1.0:
+            raise ValueError(f'relative_floor must be in [0, 1], got {self.relative_floor}')
+        if self.prior not in PRIORS:
+            raise ValueError(f'prior must be one of {list(PRIORS)}, got {self.prior!r}')
+        if self.prior == FUSED and self.fusion != RRF:
+            raise ValueError("prior='fused' ranks salience and recency as RRF signals: it needs fusion='rrf'")
+        if not 0.0 <= self.tie_epsilon <= 1.0:
+            raise ValueError(f'tie_epsilon must be in [0, 1], got {self.tie_epsilon}')
         check_threshold('dedup_threshold', self.dedup_threshold)
         if not (self.rrf_k > 0 and math.isfinite(self.rrf_k)):
             raise ValueError(f'rrf_k must be a finite number > 0, got {self.rrf_k}')
@@ -117,45 +184,6 @@ def check_k(k, name: str = 'k') -> None:
         raise ValueError(f'{name} must be >= 1, got {k}')
 
 
-def rank(values: Mapping[str, Optional[float]]) -> dict[str, int]:
-    """1-based ranks by value, highest first; equal values are ordered by id.
-
-    Args:
-      values: Value per chunk id; None means the chunk has no value (neutral).
-
-    Returns:
-      Rank per chunk id that has a value.
-    """
-    present = sorted((k for k, v in values.items() if v is not None), key=lambda k: (-values[k], k))
-    return {k: i + 1 for i, k in enumerate(present)}
-
-
-def rrf_fuse(
-    rankings: Mapping[str, Mapping[str, int]],
-    weights: Mapping[str, float],
-    rrf_k: float = RRF_K,
-) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: score(c) = sum over signals s of weight_s / (rrf_k + rank_s(c)).
-
-    A chunk absent from a signal's ranking gets nothing from it.
-
-    Args:
-      rankings: Per signal name, the 1-based rank of each chunk id.
-      weights: Per signal name, its weight; a signal without one weighs 0.
-      rrf_k: The fusion constant.
-
-    Returns:
-      `(chunk_id, score)` for every ranked chunk, by score descending then
-      chunk_id, so ties always come out in the same order.
-    """
-    scores: dict[str, float] = {}
-    for signal, ranks in rankings.items():
-        weight = weights.get(signal, 0.0)
-        for chunk_id, r in ranks.items():
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (rrf_k + r)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-
-
 @dataclasses.dataclass(frozen=True)
 class Fused:
     """Candidates of one query, fused.
@@ -183,13 +211,22 @@ def fuse_candidates(
     timestamps: Sequence[Optional[float]],
     config: RetrievalConfig,
 ) -> Fused:
-    """Hybrid ranking of one query: candidates, relevance floor, per-signal ranks, RRF.
+    """Hybrid ranking of one query: candidates, floors, per-signal ranks, fused scores.
 
     Candidates are `dense_rows` (the dense top-N) together with the BM25 top-N;
     a BM25 score of 0 means no query term occurs, so it makes no lexical
-    candidate. Candidates whose cosine to the query is below
-    `config.min_relevance` are dropped, unless BM25 ranks them in its top
-    `config.floor_exempt_bm25`; the rest are ranked by each signal and fused.
+    candidate. Every candidate is scored by both signals (its exact cosine and
+    its BM25 score), whichever list it came from. A candidate is below the
+    floor when its cosine to the query is below `config.min_relevance` and
+    BM25 does not rank it in its top `config.floor_exempt_bm25`; those are
+    dropped (`below_floor='drop'`) or ranked after all the others (`'last'`).
+    A question whose best candidate is below `config.floor_gate` looks
+    off-topic: every candidate below `min_relevance` is dropped, BM25's
+    top N too. Each tier is fused (`config.fusion`), salience and recency
+    enter as `config.prior` says, and those below `config.relative_floor` of
+    their tier's best fused score are dropped; the scores of the tier below
+    the floor are shifted by `BELOW_OFFSET` (negative), so scores fall as
+    the ranking goes down.
 
     Args:
       query: The normalized query embedding.
@@ -199,22 +236,61 @@ def fuse_candidates(
       chunk_ids: chunk_id per row (ties in every ranking are broken by it).
       salience: Salience per row; None is neutral.
       timestamps: Document time per row (POSIX seconds); None is neutral.
-      config: Candidates, floor, weights.
+      config: Candidates, fusion, floors, weights.
     """
     rows = sorted(set(int(r) for r in dense_rows if r >= 0) | set(top_n(bm25, config.candidates, min_score=0.0)))
     # Exact cosines from the stored vectors, the same numbers FAISS ranks by.
     cosines = {r: float(embeddings[r] @ query) for r in rows}
     # What BM25 ranks this high was found by another signal: the floor does not drop it.
     exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
-    by_id = {chunk_ids[r]: r for r in rows if cosines[r] >= config.min_relevance or r in exempt}
-    rankings = {
-        'dense': rank({c: cosines[r] for c, r in by_id.items()}),
-        'bm25': rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
-        'salience': rank({c: salience[r] for c, r in by_id.items()}),
-        'recency': rank({c: timestamps[r] for c, r in by_id.items()}),
+    # A question no candidate is close to looks off-topic: klarRAG's floor, on every candidate.
+    off_topic = max(cosines.values(), default=-1.0) < config.floor_gate
+    below = {r for r in rows if cosines[r] < config.min_relevance and (off_topic or r not in exempt)}
+    if config.below_floor == DROP or off_topic:
+        rows, below = [r for r in rows if r not in below], set()
+    by_id = {chunk_ids[r]: r for r in rows}
+    rankings = _rankings(by_id, cosines, bm25, salience, timestamps)
+    out_rows, out_scores = [], []
+    # Candidates above the floor first, then those below it ('last'), each tier fused on its own;
+    # the scores below the floor are shifted below every score above it (fused scores are < 2).
+    for tier, offset in (([r for r in rows if r not in below], 0.0), ([r for r in rows if r in below], BELOW_OFFSET)):
+        tier_ids = {chunk_ids[r]: r for r in tier}
+        ids, kept = list(tier_ids), list(tier_ids.values())
+        tier_rankings = rankings if not below else _rankings(tier_ids, cosines, bm25, salience, timestamps)
+        scores = _fused_scores(ids, kept, tier_rankings, cosines, bm25, salience, timestamps, config)
+        keep = score_fusion.relative_floor(scores, config.relative_floor)
+        order = sorted((i for i in range(len(ids)) if keep[i]), key=lambda i: (-scores[i], ids[i]))
+        out_rows += [kept[i] for i in order]
+        out_scores += [float(scores[i]) + offset for i in order]
+    return Fused(out_rows, out_scores, rankings, cosines)
+
+
+def _rankings(by_id, cosines, bm25, salience, timestamps) -> dict[str, dict[str, int]]:
+    return {
+        'dense': score_fusion.rank({c: cosines[r] for c, r in by_id.items()}),
+        'bm25': score_fusion.rank({c: float(bm25[r]) if bm25[r] > 0 else None for c, r in by_id.items()}),
+        'salience': score_fusion.rank({c: salience[r] for c, r in by_id.items()}),
+        'recency': score_fusion.rank({c: timestamps[r] for c, r in by_id.items()}),
     }
-    fused = rrf_fuse(rankings, config.weights, config.rrf_k)
-    return Fused([by_id[c] for c, _ in fused], [score for _, score in fused], rankings, cosines)
+
+
+def _fused_scores(ids, kept, rankings, cosines, bm25, salience, timestamps, config: RetrievalConfig) -> np.ndarray:
+    """Fused score per candidate (`ids`, rows `kept`), salience and recency as `config.prior` says."""
+    if config.fusion == RRF:
+        weights = config.weights
+        if config.prior == TIEBREAK:
+            weights = {**weights, 'salience': 0.0, 'recency': 0.0}
+        fused = dict(score_fusion.rrf_fuse(rankings, weights, config.rrf_k))
+        scores = np.array([fused.get(c, 0.0) for c in ids])
+    else:
+        scores = score_fusion.convex_fuse(
+            np.array([cosines[r] for r in kept]), np.array([float(bm25[r]) for r in kept]),
+            config.alpha, config.normalization)
+    if config.prior == TIEBREAK:
+        values = score_fusion.prior([salience[r] for r in kept], [timestamps[r] for r in kept],
+                                    config.weight_salience, config.weight_recency)
+        scores = score_fusion.tie_break(scores, values, config.tie_epsilon)
+    return scores
 
 
 @dataclasses.dataclass(frozen=True)

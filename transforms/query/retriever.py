@@ -39,7 +39,7 @@ class Hit:
 
     Attributes:
       chunk_id, doc_id, char_start, char_end, text: The chunk, as in chunks/.
-      score: Its fused RRF score.
+      score: Its fused score (transforms/query/retrieval.py).
       cosine: Dense cosine similarity to the query.
       ranks: Rank per signal among the candidates; None where the signal
         gave it nothing (see transforms/retrieval.py).

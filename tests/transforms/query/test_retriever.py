@@ -136,16 +136,25 @@ def test_the_floor_keeps_what_bm25_found_and_drops_junk_nothing_ranks(hops, embe
     from transforms.query import retrieval
 
     def found(exempt):
-        config = retrieval.RetrievalConfig(floor_exempt_bm25=exempt)
+        config = retrieval.RetrievalConfig(min_relevance=0.25, below_floor='drop', floor_gate=-1.0,
+                                           floor_exempt_bm25=exempt)
         result = Retriever.of_chunks(hops, embedding_model, config).search(MULTI_HOP_QUESTION, k=4)
         return {h.text: h for h in result.hits}
 
     kept = found(10)
-    assert kept[SECOND_HOP].cosine < retrieval.RetrievalConfig().min_relevance  # dense alone misses it
+    assert kept[SECOND_HOP].cosine < 0.25  # dense alone misses it
     assert kept[SECOND_HOP].ranks['bm25'] is not None
     assert list(kept) == [FIRST_HOP, SECOND_HOP]  # the junk is below the floor and no BM25 match
     # The floor on every candidate (klarRAG's) loses the second hop.
     assert list(found(0)) == [FIRST_HOP]
+
+
+def test_the_default_ranks_both_hops_first(hops, embedding_model):
+    # The second hop is far from the question for the model and found by BM25: the default fusion
+    # keeps every candidate of both lists and ranks both hops above the junk.
+    hits = Retriever.of_chunks(hops, embedding_model).search(MULTI_HOP_QUESTION, k=4).hits
+    assert [h.text for h in hits[:2]] == [FIRST_HOP, SECOND_HOP]
+    assert hits[1].cosine < 0.25 and hits[1].ranks['bm25'] is not None
 
 
 @pytest.mark.parametrize('k', [2.5, float('nan'), '3', True, None])
