@@ -110,7 +110,7 @@ def test_a_build_killed_mid_run_leaves_latest_and_its_lease_expires(object_store
     root = f'{object_store}/index'
     flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
     build_index.run(flags + ['--run_id', 'r1'])
-    env = {**os.environ, KILL_AT_ENV: 'after_pipeline'}
+    env = {**os.environ, KILL_AT_ENV: 'chunks_written'}  # inside the pipeline: its chunk parts are written
     killed = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'r2'], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-2000:]
