@@ -240,13 +240,12 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
-        for path, root in build_locks(config):
-            stack.enter_context(snapshots.lock_file(root, path))
+        held = [stack.enter_context(snapshots.lock_file(root, path)) for path, root in build_locks(config)]
         target, debris = prepare_target(config)
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
-            manifest = build_and_publish(config, options, target, view, files)
+            manifest = build_and_publish(config, options, target, view, files, held)
         except BaseException:
             discard(config, target)
             raise
@@ -370,15 +369,15 @@ def load_models(config: BuildConfig, step=progress.no_step) -> Models:
 
 
 def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, view: progress.View,
-                      files: Optional[int]) -> dict:
+                      files: Optional[int], held: Sequence = ()) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     with heap.loading():
         models = load_models(config, view.step)
-    return run_and_publish(config, options, target, models, view, files)
+    return run_and_publish(config, options, target, models, view, files, held)
 
 
 def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
-                    view: progress.View, files: Optional[int]) -> dict:
+                    view: progress.View, files: Optional[int], held: Sequence = ()) -> dict:
     """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest.
 
     Args:
@@ -388,6 +387,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       models: What `load_models` loaded.
       view: Where the steps and the workers' counts show.
       files: The files --input lists (the read meter's total).
+      held: The locks of the output and cache (`snapshots.lock_file`), checked before committing.
     """
     handle, model, dim, max_seq_length, ner_meta = models
     quality = None
@@ -414,6 +414,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
+    snapshots.check_locks(held)  # a lock file deleted meanwhile: another build may own the root now
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
@@ -422,6 +423,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     with view.step('check gates, write report'):
         manifest = build_gates.check_and_report(config, target, manifest, model)
     with view.step('publish'):
+        snapshots.check_locks(held)
         if config.versioned:
             snapshots.write_latest(config.output, target.run_id)
             publish.checkpoint('after_latest')

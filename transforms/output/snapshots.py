@@ -18,11 +18,11 @@ import os
 import posixpath
 import re
 import time
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import storage
+from transforms import file_locks, storage
 from transforms.output.publish import split_complete
 from transforms.output.tables import MANIFEST_FILE
 from transforms.storage import delete_trees, write_atomic
@@ -185,7 +185,7 @@ def prune_runs(root: str, keep: int, grace_seconds: float = 0.0, now: Optional[f
 
 
 @contextlib.contextmanager
-def lock(root: str) -> Iterator[None]:
+def lock(root: str) -> Iterator[Optional[file_locks.HeldFile]]:
     """Holds an exclusive lock on a local root for the length of a build.
 
     Cleanup deletes what no complete run owns, which would break a second
@@ -196,8 +196,8 @@ def lock(root: str) -> Iterator[None]:
     Raises:
       ValueError: If another process holds the lock.
     """
-    with lock_file(root, os.path.join(root, LOCK_FILE)):
-        yield
+    with lock_file(root, os.path.join(root, LOCK_FILE)) as held:
+        yield held
 
 
 def plain_lock_path(output: str) -> str:
@@ -211,21 +211,54 @@ def plain_lock_path(output: str) -> str:
 
 
 @contextlib.contextmanager
-def lock_file(root: str, path: str) -> Iterator[None]:
-    """Holds an exclusive `flock` on the local file `path`, guarding `root` (see `lock`)."""
-    if storage.is_remote(root):
-        yield
-        return
-    import fcntl
+def lock_file(root: str, path: str) -> Iterator[Optional[file_locks.HeldFile]]:
+    """Holds an exclusive `flock` on the local file `path`, guarding `root` (see `lock`); yields it.
 
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    with open(path, 'a') as f:
+    The file follows no link and must be a regular file
+    (`file_locks.open_lock_file`); the lock is held on the file its path
+    still names. A lock file inside `root` could be deleted or replaced
+    while held, letting a second build take the root and delete this one's
+    run as leftovers: the directory `root` itself is locked too, which no
+    file operation inside it undoes. A plain output's lock is a sibling
+    (`plain_lock_path`), checked by `check_locks` before publishing.
+    Object stores have no lock: None is yielded.
+
+    Raises:
+      ValueError: If another process holds the lock, or the path is a link
+        or no regular file.
+    """
+    if storage.is_remote(root):
+        yield None
+        return
+    directory = os.path.dirname(path) or '.'
+    os.makedirs(directory, exist_ok=True)
+    busy = f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})'
+    held = file_locks.try_lock(path)
+    if held is None:
+        raise ValueError(busy)
+    directory_fd = None
+    try:
+        if os.path.normpath(directory) == os.path.normpath(root):
+            directory_fd = file_locks.lock_directory(root)
+            if directory_fd is None:  # its lock file was deleted or replaced under a build that still runs
+                raise ValueError(f'another ragsieve build is writing to {root} (it holds the directory)')
+        yield held
+    finally:
+        if directory_fd not in (None, -1):
+            os.close(directory_fd)
+        held.release()
+
+
+def check_locks(held: Sequence[Optional[file_locks.HeldFile]]) -> None:
+    """Before a step that a second build would break (publishing): this build still holds its locks.
+
+    Raises:
+      ValueError: If a lock file was deleted or replaced while held.
+    """
+    for lock in held:
+        if lock is None:
+            continue
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(
-                f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})') from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            lock.check()
+        except file_locks.LockLost as e:
+            raise ValueError(f'{e}; this build stops before publishing: run it again') from None
