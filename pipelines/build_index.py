@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, build_progress, dataflow_job, heap, progress, runners
+from pipelines import build_gates, build_progress, cli, dataflow_job, heap, progress, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -249,14 +249,14 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         except BaseException:
             discard(config, target)
             raise
-    print(summary(manifest, config, target))
+    cli.say(summary(manifest, config, target))  # published: printing it cannot change that
     if config.sync:
         from pipelines import sync
 
         # After publishing: a store that cannot be written leaves the index published, and says so (exit 4).
         with progress.View(flags.progress, flags.progress_interval, LOG) as view:
             report = sync.sync_published(config.output, config.sync, manifest['run_id'], view)
-        print(report.line())
+        cli.say(report.line())
     return manifest
 
 

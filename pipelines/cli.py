@@ -130,6 +130,29 @@ class OneLineParser(argparse.ArgumentParser):
         raise ValueError(re.sub(r'^argument (\S+): ', r'\1: ', message))
 
 
+def say(line: str) -> None:
+    """Prints a command's result line on stdout, after its work is done; a stdout gone loses the line, not the outcome.
+
+    A stdout piped to a logger that died (`BrokenPipeError`) or closed
+    must not turn a published build or a finished sync into a failure:
+    the line is dropped and stdout pointed at the null device, so the
+    interpreter's last flush at exit fails no more.
+    """
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):  # ValueError: stdout closed in this process
+        _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())  # what the buffer still holds goes nowhere at exit
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = open(os.devnull, 'w', encoding='utf-8')  # noqa: SIM115 - lives as long as the process
+
+
 def exit_codes_table() -> str:
     """`EXIT_CODES` as Markdown, for the README and docs/cli.md."""
     rows = ['| exit status | what it means | what to do next |', '| --- | --- | --- |']

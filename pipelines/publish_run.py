@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import build_gates
+from pipelines import build_gates, cli
 from transforms.output import publish, snapshots, tables
 
 
@@ -92,7 +92,7 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
         line = publish_versioned(output, args.run)
     else:
         line = publish_plain(output, args.run)
-    print(f'ragsieve publish: {line}')
+    cli.say(f'ragsieve publish: {line}')  # published: printing it cannot change that
     return line
 
 
