@@ -453,7 +453,7 @@ def write_manifest(config: BuildConfig, result, target: Target, cache, models: M
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
     storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
-    manifest[digests.FILES_KEY] = digests.file_digests(target.directory)  # what readers check the run by
+    manifest.update(digests.recorded(target.directory))  # what readers check the run by
     manifest['gates'] = build_gates.verdict(config, manifest, target)
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)

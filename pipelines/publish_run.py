@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import build_gates, cli
-from transforms.output import publish, snapshots, tables
+from transforms.output import digests, publish, snapshots, tables
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +45,8 @@ def publish_versioned(root: str, run_id: str) -> str:
     """Points LATEST of `root` at the complete run `run_id`; returns what was done.
 
     Raises:
-      ValueError: If the run id is invalid or names no complete run, or a build holds the root.
+      ValueError: If the run id is invalid or names no complete run, its files
+        are not those its build wrote (`digests.check_files`), or a build holds the root.
     """
     directory = snapshots.run_dir(root, snapshots.check_run_id(run_id, '--run'))
     with snapshots.lock(root) as held:
@@ -53,6 +54,7 @@ def publish_versioned(root: str, run_id: str) -> str:
             complete, _ = snapshots.list_runs(root)
             raise ValueError(f'{directory} is not a complete run (complete runs: {", ".join(complete) or "none"})')
         manifest = build_gates.read_manifest(directory)
+        digests.check_files(directory, manifest)  # the files its build wrote, not ones edited since
         before = snapshots.read_latest(root)
         snapshots.check_locks([held])
         snapshots.write_latest(root, run_id)
@@ -72,6 +74,7 @@ def publish_plain(output: str, run_id: Optional[str]) -> str:
         manifest = build_gates.read_manifest(held)
         if run_id is not None and manifest.get('run_id') != run_id:
             raise ValueError(f'{held} holds run {manifest.get("run_id")!r}, not {run_id!r}')
+        digests.check_files(held, manifest)
         publish.check_replaceable(output)
         snapshots.check_locks([lock])
         publish.publish(held, output)
