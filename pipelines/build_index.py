@@ -10,7 +10,10 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
-import apache_beam as beam
+from pipelines import third_party
+
+with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before cli does
+    import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 

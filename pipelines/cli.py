@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Iterator, Optional
 
-from pipelines import heap
+from pipelines import heap, third_party
 from transforms.output.gates import REFUSED_EXIT_STATUS
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
@@ -114,7 +114,7 @@ def dispatch(argv: list[str]) -> int:
     if command not in COMMANDS:
         print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
         return 2
-    with heap.loading():  # Beam's import, for most commands
+    with heap.loading(), third_party.quiet_imports():  # Beam's import, for most commands
         run = importlib.import_module(COMMANDS[command]).run
     try:
         return run_and_report(command, run, rest)
