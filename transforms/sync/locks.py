@@ -2,9 +2,10 @@
 
 LanceDB and Milvus Lite keep no server that could hold a lock, so the lock
 is a file beside the store's data, held with `flock`: the kernel releases
-it when its holder exits or is killed. The file must stay: a sync deleting
-or replacing it would let a second sync take a lock of its own, so a sync
-that finds its lock file gone or replaced stops (`FileLock.check`). PostgreSQL holds an advisory lock instead (`pgvector_store`).
+it when its holder exits or is killed. The file must stay: deleting or
+replacing it would let a second sync take a lock of its own, so a sync
+that finds its lock file gone or replaced stops (`FileLock.check`).
+PostgreSQL holds an advisory lock instead (`pgvector_store`).
 """
 
 from __future__ import annotations
