@@ -176,11 +176,17 @@ def live_counts(options: PipelineOptions, view: View, meters: Sequence[Meter]) -
     reached = workers_reach_launcher(options)
     for note in engine_notes(options, reached):
         view.note(note)
-    if not (view.enabled and reached):
+    listener = None
+    if view.enabled and reached:
+        try:
+            listener = Listener()
+        except OSError as e:  # no loopback to bind: the counts come when the job ends, the build goes on
+            view.note(f'no live counts: cannot listen on 127.0.0.1 ({e})')
+    if listener is None:
         view.show(meters)
         yield
         return
-    with Listener() as listener, reporting(listener.address, listener.token):
+    with listener, reporting(listener.address, listener.token):
         runners.with_worker_env(options, {counts.ENV: listener.address, counts.TOKEN_ENV: listener.token})
         view.show(meters, [listener.counts])
         yield

@@ -76,3 +76,18 @@ def test_reporting_sets_and_restores_the_address_and_token(monkeypatch):
     with build_progress.reporting('127.0.0.1:9', 'tok'):
         assert (os.environ[counts.ENV], os.environ[counts.TOKEN_ENV]) == ('127.0.0.1:9', 'tok')
     assert counts.ENV not in os.environ and os.environ[counts.TOKEN_ENV] == 'before'
+
+
+def test_a_listener_that_cannot_bind_leaves_the_build_without_live_counts(monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.progress import Meter, View
+
+    def no_socket(*args, **kwargs):
+        raise OSError(99, 'Cannot assign requested address')
+
+    monkeypatch.setattr(build_progress, 'Listener', no_socket)
+    with View('log', 0.1) as view:
+        with build_progress.live_counts(PipelineOptions([]), view, [Meter('read', 'read.files', 'files')]):
+            view.add('read.files', 2)
+        assert view.counts() == {'read.files': 2}
