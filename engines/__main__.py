@@ -9,61 +9,152 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import fcntl
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
-from engines import fetch, flink, processes, spark
+from engines import fetch, flink, processes, spark, state
 
-STATE_FILE = 'cluster.json'
-FLAGS_FILE = 'build_flags'
+# Kept for callers that named them here.
+STATE_FILE, FLAGS_FILE = state.STATE_FILE, state.FLAGS_FILE
+# Held while `start` runs: two starts on one directory at once would both find it free.
+START_LOCK = '.start.lock'
+# How long `stop` waits for its daemons after SIGTERM before SIGKILL.
+STOP_GRACE = 30
+
+
+class Refused(ValueError):
+    """What a command will not do, in one line (exit status 2)."""
+
+
+def check_size(text: str) -> int:
+    """`--size`: a whole number of TaskManagers or workers, at least 1."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number') from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f'{size}: a cluster needs at least 1')
+    return size
+
+
+def check_dir(directory: Path) -> Path:
+    """Makes `directory` if it is missing; refuses a file or a directory this user cannot write.
+
+    Raises:
+      Refused: Naming the path and why.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise Refused(f'--dir {directory}: a file, not a directory')
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Refused(f'--dir {directory}: cannot be made: {e.strerror}') from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise Refused(f'--dir {directory}: not writable by this user')
+    return directory
+
+
+@contextlib.contextmanager
+def start_lock(directory: Path) -> Iterator[None]:
+    with open(directory / START_LOCK, 'a') as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Refused(f'--dir {directory}: another `python -m engines start` is starting a cluster there') from None
+        yield
 
 
 def start(engine: str, directory: Path, size: Optional[int]) -> dict:
-    """Starts a cluster whose daemons outlive this command; returns what `stop` needs."""
-    if engine == 'flink':
-        cluster = flink.FlinkCluster(directory, flink.FlinkSettings(**({'taskmanagers': size} if size else {})))
-    else:
-        cluster = spark.SparkCluster(directory, spark.SparkSettings(**({'workers': size} if size else {})))
-    ui = cluster.rest if engine == 'flink' else cluster.ui
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    state = {'engine': engine, 'ui': ui, 'build_flags': cluster.build_flags(),
-             'pids': {name: p.pid for name, p in cluster.daemons.items()}, 'logs': {k: str(v) for k, v in cluster.logs.items()}}
-    (directory / STATE_FILE).write_text(json.dumps(state, indent=1))
-    (directory / FLAGS_FILE).write_text(' '.join(state['build_flags']) + '\n')
-    return state
+    """Starts a cluster whose daemons outlive this command; returns what `stop` needs.
 
+    A directory holds one cluster: a start refuses while the one recorded
+    there runs, and replaces the record of one that stopped.
 
-def stop(directory: Path) -> list[str]:
-    """Stops the daemons `start` recorded under `directory` (their process groups); returns their names."""
-    state = json.loads((directory / STATE_FILE).read_text())
-    stopped = []
-    for name, pid in reversed(list(state['pids'].items())):
+    Raises:
+      Refused: While a cluster recorded in `directory` runs.
+    """
+    with start_lock(check_dir(directory)):
+        before = state.read(directory)
+        alive = state.running(before) if before else {}
+        if alive:
+            raise Refused(f'--dir {directory} holds a running cluster, {state.describe(before, alive)}: use it '
+                          f'(its flags are in {directory / state.FLAGS_FILE}) or stop it first with '
+                          f'`python -m engines stop --dir {directory}`')
+        if engine == 'flink':
+            cluster = flink.FlinkCluster(directory, flink.FlinkSettings(**({'taskmanagers': size} if size else {})))
+        else:
+            cluster = spark.SparkCluster(directory, spark.SparkSettings(**({'workers': size} if size else {})))
+        ui = cluster.rest if engine == 'flink' else cluster.ui
         try:
-            os.killpg(pid, signal.SIGTERM)
-            stopped.append(name)
-        except ProcessLookupError:
-            pass
-    (directory / STATE_FILE).unlink()
-    return stopped
+            cluster.start()
+            daemons = {name: state.identity(p.pid) for name, p in cluster.daemons.items()}
+            if None in daemons.values():
+                raise processes.EngineFailed(f'a daemon exited as the cluster started: see {directory / "log"}')
+            record = {'engine': engine, 'ui': ui, 'build_flags': cluster.build_flags(), 'daemons': daemons,
+                      'logs': {k: str(v) for k, v in cluster.logs.items()}}
+            state.write(directory, record)
+        except BaseException:
+            cluster.stop()
+            raise
+    return record
+
+
+def stop(directory: Path, grace: float = STOP_GRACE) -> list[str]:
+    """Stops the daemons `start` recorded under `directory` that still run (their process groups).
+
+    A daemon is signalled only while the process with its PID is still the
+    one `start` recorded (`state.same_process`); SIGKILL follows SIGTERM
+    after `grace` seconds. Returns the names of those it stopped.
+
+    Raises:
+      Refused: When no cluster is recorded there.
+    """
+    recorded = state.read(directory)
+    if recorded is None:
+        raise Refused(f'--dir {directory}: no cluster recorded there (no {state.STATE_FILE})')
+    alive = state.running(recorded)
+    for d in alive.values():
+        signal_group(d['pid'], signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and state.running({'daemons': alive}):
+        time.sleep(0.2)
+    for d in state.running({'daemons': alive}).values():
+        signal_group(d['pid'], signal.SIGKILL)
+    (directory / state.STATE_FILE).unlink()
+    return list(alive)
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signals the process group a daemon leads (`start_new_session`: the daemon and its children)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Errors as one line and exit status 2, not the usage."""
+
+    def error(self, message):
+        self.exit(2, f'{self.prog}: error: {message}\n')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog='python -m engines', description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog='python -m engines', description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest='command', required=True)
     get = commands.add_parser('fetch', help="Resolve the engines' Beam job servers with Maven.")
     get.add_argument('engines', nargs='+', choices=sorted(fetch.ENGINES))
     up = commands.add_parser('start', help='Start a cluster on free 127.0.0.1 ports.')
     up.add_argument('engine', choices=sorted(fetch.ENGINES))
     up.add_argument('--dir', type=Path, required=True, help='Where its configuration, logs and state go.')
-    up.add_argument('--size', type=int, help='TaskManagers (Flink, default 2) or workers (Spark, default 1 of 2 cores).')
+    up.add_argument('--size', type=check_size,
+                    help='TaskManagers (Flink, default 2) or workers (Spark, default 1 of 2 cores); at least 1.')
     down = commands.add_parser('stop', help='Stop the cluster started with --dir.')
     down.add_argument('--dir', type=Path, required=True)
     args = parser.parse_args(argv)
@@ -72,12 +163,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for name in args.engines:
                 print(f'{name}: {fetch.fetch(fetch.ENGINES[name])}')
         elif args.command == 'start':
-            args.dir.mkdir(parents=True, exist_ok=True)
-            state = start(args.engine, args.dir, args.size)
-            print(f"{args.engine} is up ({state['ui']}); build with: {' '.join(state['build_flags'])}")
+            record = start(args.engine, args.dir, args.size)
+            print(f"{args.engine} is up ({record['ui']}); build with: {' '.join(record['build_flags'])}")
         else:
-            print('stopped ' + ', '.join(stop(args.dir)))
-    except (fetch.EngineMissing, processes.EngineFailed, FileNotFoundError) as e:
+            stopped = stop(args.dir)
+            print('stopped ' + ', '.join(stopped) if stopped else 'none of its daemons was still running')
+    except OSError as e:
+        where = f'{e.filename}: ' if e.filename else ''
+        print(f'python -m engines {args.command}: error: {where}{e.strerror or e}', file=sys.stderr)
+        return 2
+    except (fetch.EngineMissing, processes.EngineFailed, ValueError) as e:
         print(f'python -m engines {args.command}: error: {e}', file=sys.stderr)
         return 2
     return 0

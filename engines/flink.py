@@ -51,6 +51,10 @@ class FlinkSettings:
     restart_attempts: int = 0
     restart_delay: int = 45
 
+    def __post_init__(self):
+        if self.taskmanagers < 1:
+            raise ValueError(f'taskmanagers={self.taskmanagers}: a cluster needs at least one TaskManager')
+
     @property
     def parallelism(self) -> int:
         return self.taskmanagers * self.slots

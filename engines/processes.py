@@ -44,18 +44,43 @@ def read_json(url: str) -> Optional[dict]:
         return None
 
 
+# What a JVM daemon logs when a port it was given is taken (Java's BindException; Spark's retry on the next port).
+BIND_FAILURES = ('Address already in use', 'BindException', 'could not bind on port', 'Failed to bind')
+
+
+def bind_failure(log_text: str) -> Optional[str]:
+    """The first line of a daemon's log that says a port of its was taken, or None."""
+    for line in log_text.splitlines():
+        if any(marker in line for marker in BIND_FAILURES):
+            return ' '.join(line.split())[:300]
+    return None
+
+
+def log_tail(path: Path, size: int = 200_000) -> str:
+    """The end of a daemon's log ('' while it has none)."""
+    try:
+        with open(path, 'rb') as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode('utf-8', 'replace')
+    except OSError:
+        return ''
+
+
 def wait_until(ready: Callable[[], bool], processes: dict[str, subprocess.Popen], logs: dict[str, Path],
                timeout: float, what: str) -> None:
-    """Waits until `ready()`, failing at once when one of `processes` exits.
+    """Waits until `ready()`, failing at once when one of `processes` exits or logs that its port is taken.
 
     Raises:
-      EngineFailed: Naming the daemon that exited, or what did not happen in time, and the logs.
+      EngineFailed: Naming the daemon that exited or could not bind, or what did not happen in time, and the logs.
     """
     deadline = time.monotonic() + timeout
     while not ready():
         for name, process in processes.items():
             if process.poll() is not None:
                 raise EngineFailed(f'{name} exited with status {process.returncode} before {what}: see {logs[name]}')
+            taken = bind_failure(log_tail(logs[name]))
+            if taken:  # a daemon may live on without its port (Spark tries the next one): it is of no use
+                raise EngineFailed(f'{name} could not bind a port of its ({taken}): see {logs[name]}')
         if time.monotonic() > deadline:
             raise EngineFailed(f'no {what} after {timeout:.0f} s: see {", ".join(map(str, logs.values()))}')
         time.sleep(0.5)

@@ -34,6 +34,10 @@ class SparkSettings:
     worker_memory: str = '6g'
     executor_memory: str = '3g'
 
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f'workers={self.workers}: a cluster needs at least one worker')
+
     @property
     def parallelism(self) -> int:
         return self.workers * self.cores
@@ -85,12 +89,20 @@ class SparkCluster(processes.Cluster):
         self._daemon('master', MASTER, ['--host', '127.0.0.1', '--port', str(self.port),
                                         '--webui-port', str(self.ui_port)])
         for i in range(self.settings.workers):
-            self._daemon(f'worker-{i}', WORKER, [
-                '--host', '127.0.0.1', '--webui-port', str(processes.free_port()),
-                '--cores', str(self.settings.cores), '--memory', self.settings.worker_memory,
-                '--work-dir', str(self.directory / f'work-{i}'), self.master_url])
+            self.start_worker(i)
         self.wait_for_workers(self.settings.workers, timeout)
         return self
+
+    def start_worker(self, i: int) -> None:
+        """Starts worker `i` (again, after a kill: a supervisor's restart)."""
+        self._daemon(f'worker-{i}', WORKER, [
+            '--host', '127.0.0.1', '--webui-port', str(processes.free_port()),
+            '--cores', str(self.settings.cores), '--memory', self.settings.worker_memory,
+            '--work-dir', str(self.directory / f'work-{i}'), self.master_url])
+
+    def kill_worker(self, i: int) -> None:
+        """kill -9 of worker `i`, as a crashed machine: its executors, left alone, exit when they notice."""
+        processes.kill(self.daemons[f'worker-{i}'])
 
     def wait_for_workers(self, n: int, timeout: float = 120) -> None:
         def alive() -> bool:

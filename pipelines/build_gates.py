@@ -15,7 +15,6 @@ import logging
 import posixpath
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.build_manifest import Target
 from pipelines.build_options import BuildConfig
@@ -45,8 +44,7 @@ def read_manifest(directory: Optional[str]) -> Optional[dict]:
     if not directory:
         return None
     def load(path):
-        with FileSystems.open(path) as f:
-            return json.loads(f.read().decode('utf-8'))
+        return json.loads(storage.read_bytes(path).decode('utf-8'))
 
     return tables.load_file(posixpath.join(directory, tables.MANIFEST_FILE), load)
 
@@ -80,8 +78,10 @@ def canary_results(config: BuildConfig, target: Target, model) -> tuple:
 
 
 def log_verdict(result: dict) -> None:
+    """Logs each gate: a failed one as a warning, so a log filtered at WARNING (a scheduler's) still shows it."""
     for check in result['checks']:
-        LOG.info('Gate %s: %s (%s)', check['gate'], check['status'], check['says'])
+        level = logging.WARNING if check['status'] == gates.FAIL else logging.INFO
+        LOG.log(level, 'Gate %s: %s (%s)', check['gate'], check['status'], check['says'])
 
 
 def check_and_report(config: BuildConfig, target: Target, manifest: dict, model=None) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import posixpath
 import sys
 import time
@@ -14,10 +15,9 @@ from pipelines import third_party
 
 with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before cli does
     import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, build_progress, cli, dataflow_job, heap, progress, runners
+from pipelines import build_gates, build_progress, cli, dataflow_job, engine_job, heap, progress, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -207,7 +207,7 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     debris += snapshots.clean_debris(config.output)
     run_id = config.run_id or snapshots.new_run_id()
     directory = snapshots.run_dir(config.output, run_id)
-    if FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
+    if storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
     previous, previous_run_id = previous_build(config.output, versioned=True)
     return Target(run_id, directory, previous, previous_run_id), debris
@@ -233,6 +233,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         stack.callback(heap.release)  # what the launcher loaded, frozen for the run
         with heap.loading():  # torch's import, by --device's check
             options = parse_args(argv)
+            storage.configure(options)  # before the input is listed: S3's endpoint and keys, GCP's project
             flags = options.view_as(BuildIndexOptions)
             config = BuildConfig.from_options(flags)
         # Closed before the summary is printed, and on any failure.
@@ -240,15 +241,18 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         config, files = list_input(config, view)
         runners.check_paths_reach_workers(
             options, {'--input': config.input, '--output': config.output, '--cache': config.cache})
+        engine_job.check_stall_timeout(flags.engine_stall_timeout)
+        engine_job.check_reachable(options)  # before the locks and the models: a wrong master fails at once
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
-        held = [stack.enter_context(snapshots.lock_file(root, path)) for path, root in build_locks(config)]
+        held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds))
+                for path, root in build_locks(config)]
         target, debris = prepare_target(config)
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
-            manifest = build_and_publish(config, options, target, view, files, held)
+            manifest = build_and_publish(config, options, target, view, files, [h for h in held if h])
         except BaseException:
             discard(config, target)
             raise
@@ -333,9 +337,9 @@ def build_locks(config: BuildConfig) -> list[tuple[str, str]]:
 def discard(config: BuildConfig, target: Target) -> None:
     """Deletes what a failed run wrote: its staging directory, or its run unless complete."""
     try:
-        if not FileSystems.exists(target.directory):
+        if not storage.has_files(target.directory):
             return  # nothing written yet, or a plain run that was published
-        if config.versioned and FileSystems.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
+        if config.versioned and storage.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
             return  # complete: a valid run even if LATEST does not name it
         storage.delete_trees([target.directory])
     except Exception:  # the run's own error matters more; the next run cleans up
@@ -372,15 +376,15 @@ def load_models(config: BuildConfig, step=progress.no_step) -> Models:
 
 
 def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, view: progress.View,
-                      files: Optional[int], held: Sequence = ()) -> dict:
+                      files: Optional[int], leases: Sequence = ()) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     with heap.loading():
         models = load_models(config, view.step)
-    return run_and_publish(config, options, target, models, view, files, held)
+    return run_and_publish(config, options, target, models, view, files, leases)
 
 
 def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
-                    view: progress.View, files: Optional[int], held: Sequence = ()) -> dict:
+                    view: progress.View, files: Optional[int], leases: Sequence = ()) -> dict:
     """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest.
 
     Args:
@@ -390,7 +394,8 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       models: What `load_models` loaded.
       view: Where the steps and the workers' counts show.
       files: The files --input lists (the read meter's total).
-      held: The locks of the output and cache (`snapshots.lock_file`), checked before committing.
+      leases: The locks the run holds (an object store's leases, local lock files), checked before it
+        commits or publishes anything.
     """
     handle, model, dim, max_seq_length, ner_meta = models
     quality = None
@@ -405,6 +410,9 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
             cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
+    engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
+    # What bounds a job on an engine: the workers' live counts, where they reach the view.
+    live = view.counts if view.enabled and build_progress.workers_reach_launcher(options) else None
     with build_progress.live_counts(options, view, build_progress.build_meters(config, files)):
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
@@ -412,12 +420,12 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
         console = build_progress.dataflow_console(options, result)
         if console:
             view.note(console)
-        result.wait_until_finish()
+        engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
     view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
-    snapshots.check_locks(held)  # a lock file deleted meanwhile: another build may own the root now
+    snapshots.check_locks(leases)  # a run that lost its root to another build commits and publishes nothing
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
@@ -426,7 +434,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     with view.step('check gates, write report'):
         manifest = build_gates.check_and_report(config, target, manifest, model)
     with view.step('publish'):
-        snapshots.check_locks(held)
+        snapshots.check_locks(leases)
         if config.versioned:
             snapshots.write_latest(config.output, target.run_id)
             publish.checkpoint('after_latest')
@@ -450,7 +458,7 @@ def write_manifest(config: BuildConfig, result, target: Target, cache, models: M
     manifest = make_manifest(config, result, target, cache, models.dim, models.max_seq_length, models.handle.probe,
                              wall_seconds, quality)
     # The audit reached the launcher through this file; the manifest is its one home now.
-    FileSystems.delete([posixpath.join(target.directory, lossless.AUDIT_FILE)])
+    storage.delete_files([posixpath.join(target.directory, lossless.AUDIT_FILE)])
     check_not_empty(manifest, config, target.directory)
     log_filters(manifest)
     report = change_report(target, manifest)

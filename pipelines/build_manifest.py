@@ -17,9 +17,9 @@ import logging
 import posixpath
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.build_options import BuildConfig
+from transforms import storage
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.features import kernels
 from transforms.lineage import lossless, represents
@@ -64,7 +64,7 @@ def previous_build(output: str, versioned: bool) -> tuple[Optional[str], Optiona
     with nothing.
     """
     if not versioned:
-        if not FileSystems.exists(posixpath.join(output, tables.MANIFEST_FILE)):
+        if not storage.exists(posixpath.join(output, tables.MANIFEST_FILE)):
             return None, None
         problem = changes.state_problem(output)
         if problem is None:

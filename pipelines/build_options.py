@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, dataflow_job, progress
+from pipelines import cli, dataflow_job, engine_job, progress
 from pipelines.runners import check_runner, with_engine_defaults
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
@@ -33,6 +33,7 @@ from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
 from transforms.output import gates as publish_gates
 from transforms.output import indexes, snapshots, tables
+from transforms.storage import leases
 from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
@@ -155,6 +156,10 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
                             help='With --versioned, a run replaced as LATEST less than this long ago '
                                  'is not pruned, so queries that just opened it can finish.')
+        parser.add_argument('--lease_seconds', type=float, default=leases.DEFAULT_SECONDS,
+                            help='On an object store (s3://, gs://): how long the lease that keeps a '
+                                 "second build off --output and --cache lasts without its holder's "
+                                 'renewal, so a killed build blocks them at most this long.')
         parser.add_argument('--versioned', action='store_true', default=False,
                             help='Treat --output as a versioned root: write the run to '
                                  'OUTPUT/runs/<run_id>/, then point OUTPUT/LATEST at it.')
@@ -184,6 +189,7 @@ class BuildIndexOptions(PipelineOptions):
                             help='After publishing, sync the published run into this vector store '
                                  '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
         progress.add_flags(parser)
+        engine_job.add_flags(parser)
         add_gate_args(parser)
 
 
@@ -235,6 +241,7 @@ class BuildConfig:
     max_metadata_bytes: int = records.DEFAULT_MAX_METADATA_BYTES
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
+    lease_seconds: float = leases.DEFAULT_SECONDS
     # 0 until the launcher sizes it from the input (`build_index.with_shards`).
     num_shards: int = 1
     index: indexes.IndexConfig = indexes.IndexConfig()
@@ -251,6 +258,8 @@ class BuildConfig:
             raise ValueError(f'max_file_bytes needs a limit > 0 or None per format, got {self.max_file_bytes}')
         if self.max_metadata_bytes <= 0:
             raise ValueError(f'--max_metadata_bytes must be > 0, got {self.max_metadata_bytes}')
+        if not 1 <= self.lease_seconds < float('inf'):
+            raise ValueError(f'--lease_seconds must be a finite number >= 1, got {self.lease_seconds}')
         if not 0 <= self.prune_grace_seconds < float('inf'):
             raise ValueError(f'--prune_grace_seconds must be a finite number >= 0, got {self.prune_grace_seconds}')
         if self.keep_runs < 1:
@@ -294,6 +303,7 @@ class BuildConfig:
             max_metadata_bytes=options.max_metadata_bytes,
             allow_empty=options.allow_empty,
             prune_grace_seconds=options.prune_grace_seconds,
+            lease_seconds=options.lease_seconds,
             num_shards=options.num_shards,
             index=indexes.IndexConfig(options.index_type, options.index_train_size),
             gates=gate_config(options),

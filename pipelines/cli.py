@@ -67,7 +67,8 @@ EXIT_CODES = {
     JOB_FAILED: ('`ragsieve build --runner FlinkRunner` (Spark, Dataflow, any job service): the engine failed or '
                  'cancelled the job for a reason of its own (a TaskManager or SDK worker lost beyond its restart '
                  'strategy, its memory, its configuration); the line names the job, its state and the engine\'s '
-                 'first error line. Nothing was published; the index published before is left as it was.',
+                 'first error line. Or the build cancelled it: no progress for --engine_stall_timeout seconds, or '
+                 'its job service lost. Nothing was published; the index published before is left as it was.',
                  'Read the engine\'s logs for that job, fix the cluster, and run the build again: the next build '
                  'deletes what this one left.'),
     INTERRUPTED: ('Interrupted (Ctrl-C, SIGINT), one line `ragsieve COMMAND: interrupted`. A build stopped before '

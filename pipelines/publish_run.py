@@ -15,9 +15,9 @@ import posixpath
 import sys
 from typing import Optional, Sequence
 
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines import build_gates, cli
+from transforms import storage
 from transforms.output import digests, publish, snapshots, tables
 
 
@@ -50,7 +50,7 @@ def publish_versioned(root: str, run_id: str) -> str:
     """
     directory = snapshots.run_dir(root, snapshots.check_run_id(run_id, '--run'))
     with snapshots.lock(root) as held:
-        if not FileSystems.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
+        if not storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
             complete, _ = snapshots.list_runs(root)
             raise ValueError(f'{directory} is not a complete run (complete runs: {", ".join(complete) or "none"})')
         manifest = build_gates.read_manifest(directory)
@@ -69,7 +69,7 @@ def publish_plain(output: str, run_id: Optional[str]) -> str:
     """
     held = build_gates.refused_path(output)
     with snapshots.lock_file(output, snapshots.plain_lock_path(output)) as lock:
-        if not FileSystems.exists(posixpath.join(held, tables.MANIFEST_FILE)):
+        if not storage.exists(posixpath.join(held, tables.MANIFEST_FILE)):
             raise ValueError(f'{held} holds no refused build to publish')
         manifest = build_gates.read_manifest(held)
         if run_id is not None and manifest.get('run_id') != run_id:
@@ -89,7 +89,7 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
     """
     args = parser().parse_args(argv)
     output = args.output.rstrip('/')
-    if FileSystems.exists(posixpath.join(output, snapshots.RUNS_DIR)):
+    if storage.has_files(posixpath.join(output, snapshots.RUNS_DIR)):
         if not args.run:
             raise ValueError(f'{output} is a versioned root: name the run to publish with --run RUN_ID')
         line = publish_versioned(output, args.run)

@@ -149,16 +149,21 @@ def durable_store_uri(request, tmp_path):
 
 
 @pytest.fixture(scope='session')
-def flink_cluster(tmp_path_factory):
+def flink_cluster(tmp_path_factory, request):
     """A Flink session cluster for the session: a JobManager and two TaskManagers, 2 restarts of a failed job.
 
-    Skips, saying what to install, without Java, the Flink wheel or Beam's job server (`make engines`).
+    Where MinIO is built, its daemons carry MinIO's settings in their
+    environment, as a cluster's machines carry their store's, and so do the
+    SDK workers they start. Skips, saying what to install, without Java,
+    the Flink wheel or Beam's job server (`make engines`).
     """
+    from engines import objectstores
     from engines.flink import FlinkCluster, FlinkSettings
     from tests.helpers import running_engine
 
+    env = request.getfixturevalue('minio').env if objectstores.MINIO.binary.is_file() else {}
     directory = tmp_path_factory.mktemp('flink')
-    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2))) as cluster:
+    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2), env)) as cluster:
         yield cluster
 
 
@@ -174,3 +179,41 @@ def spark_cluster(tmp_path_factory):
     directory = tmp_path_factory.mktemp('spark')
     with running_engine(lambda: SparkCluster(directory)) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope='session')
+def minio(tmp_path_factory):
+    """A MinIO server (S3) with the bucket `helpers.BUCKET`, for the session.
+
+    Skips, saying what to build, without its binary (`make objectstores`).
+    """
+    from engines.objectstores import MinioServer
+    from tests.helpers import running_store
+
+    with running_store(lambda: MinioServer(tmp_path_factory.mktemp('minio'))) as server:
+        yield server
+
+
+@pytest.fixture(scope='session')
+def fake_gcs(tmp_path_factory):
+    """fake-gcs-server (GCS) with the bucket `helpers.BUCKET`, for the session (skips as `minio` does)."""
+    from engines.objectstores import FakeGcsServer
+    from tests.helpers import running_store
+
+    with running_store(lambda: FakeGcsServer(tmp_path_factory.mktemp('fake_gcs'))) as server:
+        yield server
+
+
+@pytest.fixture(params=['s3', 'gs'])
+def object_store(request, monkeypatch):
+    """`s3://` on MinIO and `gs://` on fake-gcs-server: a prefix of this test's own, the store's settings
+    in the environment as a user's would be (AWS_*, STORAGE_EMULATOR_HOST); returns the prefix's URL."""
+    from tests.helpers import BUCKET
+    from transforms import storage
+
+    server = request.getfixturevalue('minio' if request.param == 's3' else 'fake_gcs')
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    name = request.node.name.split('[')[0][:40]
+    return f'{request.param}://{BUCKET}/{name}-{abs(hash(request.node.nodeid)) % 10**6}'

@@ -838,3 +838,74 @@ def run_chromium(chromium: str, url: str, profile: Path, *flags: str) -> tuple[s
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, [line for line in done.stderr.splitlines() if ':CONSOLE' in line]
+
+
+# --- object stores --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running_store(make_server):
+    """Makes and starts an object store (`engines.objectstores`), stops it after; skips, saying what to build,
+    where it cannot (fails where CI built them, as `running_engine` does)."""
+    from engines.fetch import EngineMissing
+
+    try:
+        server = make_server()
+        server.start()
+    except EngineMissing as e:
+        engine_missing(str(e))
+    try:
+        server.make_bucket(BUCKET)
+        yield server
+    finally:
+        server.stop()
+
+
+# The one bucket each test store has; every test writes under a prefix of its own.
+BUCKET = 'ragsieve'
+
+
+def upload(local: Path, url: str) -> str:
+    """Copies every file under `local` to the prefix `url` of an object store; returns `url`."""
+    from transforms import storage
+
+    for path in sorted(p for p in Path(local).rglob('*') if p.is_file()):
+        storage.write_bytes(f'{url}/{path.relative_to(local).as_posix()}', path.read_bytes())
+    return url
+
+
+def download(url: str, local: Path) -> Path:
+    """Copies every object under the prefix `url` into `local`; returns `local`."""
+    from transforms import storage
+
+    for f in storage.list_files(url):
+        target = Path(local) / f.path[len(url.rstrip('/')) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(storage.read_bytes(f.path))
+    return Path(local)
+
+
+# The tables that name where a record was read from: equal but for that prefix.
+SOURCED = ('documents/', 'rejected/')
+
+
+def same_build(remote: dict, local: dict, remote_corpus: str, local_corpus) -> bool:
+    """Whether a build read from `remote_corpus` holds the bytes of one read from `local_corpus`:
+    every file equal, but documents/ and rejected/, whose `source` column names the corpus read."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    if sorted(remote) != sorted(local):
+        return False
+    for name in remote:
+        if not name.startswith(SOURCED):
+            if remote[name] != local[name]:
+                return False
+            continue
+        rows = pq.read_table(io.BytesIO(remote[name])).to_pylist()
+        for row in rows:
+            row['source'] = row['source'].replace(remote_corpus, str(local_corpus))
+        if rows != pq.read_table(io.BytesIO(local[name])).to_pylist():
+            return False
+    return True

@@ -119,3 +119,14 @@ def test_gates_off_publishes_a_failed_run_and_says_so(run_copy, caplog):
     out = build_gates.check_and_report(config(run_copy, enforce=False), Target('r1', str(run), None, None), manifest)
     assert out is manifest and (run / 'report.html').exists()
     assert 'gate rejected_share failed' in caplog.text and 'published anyway (--gates off)' in caplog.text
+
+
+def test_a_failed_gate_is_logged_as_a_warning_a_passed_one_as_info(caplog):
+    verdict = {'checks': [
+        {'gate': 'kept_drop', 'status': gates.FAIL, 'says': 'kept chunks 14, were 33'},
+        {'gate': 'documents_drop', 'status': gates.PASS, 'says': 'indexed documents 7, were 7'},
+    ]}
+    with caplog.at_level('INFO', logger='ragsieve.build'):
+        build_gates.log_verdict(verdict)
+    levels = {r.getMessage().split(':')[0]: r.levelname for r in caplog.records}
+    assert levels == {'Gate kept_drop': 'WARNING', 'Gate documents_drop': 'INFO'}

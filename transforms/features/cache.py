@@ -38,13 +38,13 @@ from typing import Iterable, Iterator, Mapping, Optional
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec
 from transforms.output import tables
 from transforms.output.publish import split_complete
 from transforms.output.writers import WriteTable, write_parts
+from transforms import storage
 from transforms.storage import delete_trees, write_bytes, write_json
 from transforms.text import text_key
 from transforms.types import Chunk
@@ -141,7 +141,7 @@ def verified_entries(path: str, feature: str) -> Iterator[tuple[str, object]]:
     damaged = Metrics.counter('cache', f'{feature}_damaged')
     bad, lost_groups, why = 0, 0, None
     try:
-        with FileSystems.open(path) as f:
+        with storage.open_read(path) as f:
             part = pq.ParquetFile(f)
             for group in range(part.num_row_groups):
                 try:
@@ -168,7 +168,7 @@ def verified_entries(path: str, feature: str) -> Iterator[tuple[str, object]]:
 
 
 def _files(pattern: str) -> list[tuple[str, float]]:
-    return [(m.path, m.last_updated_in_seconds) for m in FileSystems.match([pattern])[0].metadata_list]
+    return [(f.path, f.mtime) for f in storage.match(pattern)]
 
 
 def split_generations(files: Iterable[tuple[str, float]]) -> tuple[list[str], list[str]]:
@@ -233,7 +233,8 @@ class CacheRun:
         for spec in self.specs:
             directory = spec.directory(self.root)
             write_json(posixpath.join(directory, SETTINGS_FILE), dict(spec.settings))
-            write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), b'')
+            # Not empty: an object store's writer may not write an empty object.
+            write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), f'{self.generation}\n'.encode())
 
     def prune(self) -> None:
         """Deletes every generation of this run's settings but the one it wrote."""
@@ -386,7 +387,7 @@ class WriteCacheEntries(beam.PTransform):
             entries
             | 'Rows' >> beam.Map(entry_row, feature)
             | 'Write' >> WriteTable(entries_spec(feature), cache.entries_dir(cache.spec_of(feature)),
-                                          cache.num_shards)
+                                    cache.num_shards, namespace='cache')  # not the build's `write` parts
         )
 
 

@@ -7,7 +7,6 @@ import posixpath
 import re
 from typing import Mapping, Optional
 
-from apache_beam.io.filesystems import FileSystems
 
 from transforms import storage
 from transforms.ingest.reasons import BROKEN_LINK, REPEATED_DIRECTORY, SPECIAL_FILE, UNREADABLE
@@ -85,7 +84,7 @@ def input_size(pattern: str) -> tuple[int, int]:
         # Special files and broken links are rejected unread: they add nothing.
         return len(paths), sum(os.stat(p).st_size for p in paths if file_problem(p) is None)
     matches = _match_input(pattern)[1]
-    return len(matches), sum(m.size_in_bytes for m in matches)
+    return len(matches), sum(m.size for m in matches)
 
 
 def _match_input(pattern: str):
@@ -99,7 +98,7 @@ def _match_input(pattern: str):
     else:
         root = posixpath.dirname(pattern)
         glob = pattern
-    return root, FileSystems.match([glob])[0].metadata_list
+    return root, storage.match(glob)
 
 
 def list_local_directory(root: str) -> list[str]:
@@ -169,7 +168,7 @@ def _is_directory(path: str) -> bool:
     if not storage.is_remote(path):
         return os.path.isdir(path)
     # Object stores have no directories: a path with objects under it is one.
-    return bool(FileSystems.match([path.rstrip('/') + '/*'], limits=[1])[0].metadata_list)
+    return storage.has_files(path)
 
 
 def path_element(path: str) -> bytes:

@@ -10,7 +10,6 @@ import time
 from typing import Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import progress, storage
@@ -87,7 +86,7 @@ def read_file(
         return
     limit = (max_file_bytes if max_file_bytes is not None else formats.resolve_limits()).get(fmt.name)
     try:
-        with FileSystems.open(path) as f:
+        with storage.open_read(path) as f:
             # One byte past the limit tells a too large file without holding it whole.
             data = f.read() if limit is None else f.read(limit + 1)
     except Exception as e:  # any filesystem error means the file is unusable

@@ -35,8 +35,8 @@ import posixpath
 from typing import Iterable, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import storage
 from transforms.lineage.deltas import Duplicate
 from transforms.lineage.sentences import KeptText, is_covered, tokens
 from transforms.storage import write_json
@@ -195,8 +195,7 @@ def report(tally: Tally) -> dict:
 
 def read_report(directory: str) -> dict:
     """The audit a pipeline wrote into `directory`."""
-    with FileSystems.open(posixpath.join(directory, AUDIT_FILE)) as f:
-        return json.loads(f.read().decode('utf-8'))
+    return json.loads(storage.read_bytes(posixpath.join(directory, AUDIT_FILE)).decode('utf-8'))
 
 
 # --- Beam ------------------------------------------------------------------------------

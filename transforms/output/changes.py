@@ -6,8 +6,8 @@ import dataclasses
 import posixpath
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import storage
 from transforms.output import tables
 from transforms.text import text_key
 
@@ -31,7 +31,7 @@ class BuildState:
 def _parts(directory: str, name: str, columns: list[str]):
     """The parts of one table, one at a time; nothing for a table the build did not write."""
     path = posixpath.join(directory, name)
-    if not FileSystems.exists(path):
+    if not storage.has_files(path):
         return iter(())
     return tables.iter_parts(path, columns)
 
@@ -50,7 +50,7 @@ def state_problem(directory: str) -> Optional[str]:
     """
     for name, columns in STATE_TABLES:
         path = posixpath.join(directory, name)
-        if name in OPTIONAL_TABLES and not FileSystems.exists(path):
+        if name in OPTIONAL_TABLES and not storage.has_files(path):
             continue
         problem = tables.table_problem(path, columns)
         if problem:

@@ -15,8 +15,8 @@ import logging
 import posixpath
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import storage
 from transforms.output import tables
 
 LOG = logging.getLogger('ragsieve.index')
@@ -40,14 +40,14 @@ def _listed(directory: str) -> dict[str, int]:
     found = {}
     for name in DIGESTED_DIRS:
         pattern = posixpath.join(directory, name, '**')
-        for m in FileSystems.match([pattern])[0].metadata_list:
-            found[posixpath.relpath(m.path, directory)] = m.size_in_bytes
+        for f in storage.list_files(posixpath.join(directory, name)):
+            found[posixpath.relpath(f.path, directory)] = f.size
     return found
 
 
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
-    with FileSystems.open(path) as f:  # read in blocks: a run's index may not fit in memory twice
+    with storage.open_read(path) as f:  # read in blocks: a run's index may not fit in memory twice
         for block in iter(lambda: f.read(_BLOCK), b''):
             digest.update(block)
     return digest.hexdigest()
@@ -84,8 +84,7 @@ def check_files(directory: str, manifest: Optional[dict] = None) -> None:
     manifest_path = posixpath.join(directory, tables.MANIFEST_FILE)
     if manifest is None:
         def load(path):
-            with FileSystems.open(path) as f:
-                return json.loads(f.read().decode('utf-8'))
+            return json.loads(storage.read_bytes(path).decode('utf-8'))
 
         manifest = tables.load_file(manifest_path, load)
     if not isinstance(manifest, dict):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import posixpath
 from typing import Iterable
 
-from apache_beam.io.filesystems import FileSystems
-
 from transforms import storage
 from transforms.output.tables import MANIFEST_FILE
 
 # Test seam: a build whose environment names one of its checkpoints kills
 # itself there with SIGKILL, exactly like `kill -9` at that point.
 KILL_AT_ENV = 'RAGSIEVE_KILL_AT'
+# In a plain output on an object store while `publish` replaces it: the staging it publishes.
+PUBLISHING_FILE = '.publishing'
 
 
 def staging_path(output: str) -> str:
@@ -26,16 +26,28 @@ def staging_path(output: str) -> str:
 def clean_staging(output: str) -> list[str]:
     """Deletes the staging directories that killed plain builds left next to `output`.
 
-    Only safe while no other build writes to `output` (its lock is held). A
-    build killed between the two renames of `publish` left no `output` but
-    the previous index whole as `*.old`: that one is put back, not deleted.
-    Local outputs only; object stores are published file by file.
+    Only safe while no other build writes to `output` (its lock is held).
+    Locally, a build killed between the two renames of `publish` left no
+    `output` but the previous index whole as `*.old`: that one is put back,
+    not deleted. On an object store, a publish killed midway (its marker is
+    in `output`) is finished from its staging, which is complete by then.
 
     Returns:
       The deleted paths.
     """
     if storage.is_remote(output):
-        return []
+        marker = posixpath.join(output, PUBLISHING_FILE)
+        if storage.exists(marker):
+            staging = storage.read_bytes(marker).decode('utf-8').strip()
+            if storage.is_within(staging, storage.parent(output)) and storage.exists(
+                    posixpath.join(staging, MANIFEST_FILE)):
+                publish(staging, output)
+            else:
+                storage.delete_files([marker])
+        leftovers = sorted({f.path[: f.path.index('/', len(output.rstrip('/')))]
+                            for f in storage.match(output.rstrip('/') + '.staging-*/**')})
+        storage.delete_trees(leftovers)
+        return leftovers
     import glob
     import os
     import shutil
@@ -60,28 +72,33 @@ def check_replaceable(output: str) -> None:
     Raises:
       ValueError: if `output` is a file, or holds files but no manifest.json.
     """
-    if not FileSystems.exists(output):
-        return
     if not storage.is_remote(output):
         import os
 
+        if not os.path.exists(output):
+            return
         if not os.path.isdir(output):
             raise ValueError(f'--output {output!r} is a file, not a directory: refusing to replace it')
-    if FileSystems.exists(posixpath.join(output, MANIFEST_FILE)):
+    found = storage.list_files(output)
+    if not found or storage.exists(posixpath.join(output, MANIFEST_FILE)) or storage.exists(
+            posixpath.join(output, PUBLISHING_FILE)):
         return
-    if FileSystems.match([output.rstrip('/') + '/**'], limits=[1])[0].metadata_list:
-        raise ValueError(
-            f'--output {output!r} is a non-empty directory without {MANIFEST_FILE}; '
-            'refusing to replace it: choose an empty or new directory'
-        )
+    raise ValueError(
+        f'--output {output!r} is a non-empty directory without {MANIFEST_FILE}; '
+        'refusing to replace it: choose an empty or new directory'
+    )
 
 
 def publish(staging: str, output: str) -> None:
-    """Moves a finished run from `staging` to `output`, replacing the previous index.
+    """Moves a finished run from `staging` to `output`, replacing the previous index whole.
 
-    Locally two directory renames: the old index stays whole until the new one
-    is complete. On object stores files are moved one by one (versioned
-    outputs, with a LATEST pointer, give readers an atomic switch there).
+    Locally two directory renames: the old index stays whole until the new
+    one is complete. An object store has no rename of a prefix: a marker
+    naming the staging is written into `output` first, then the old
+    manifest is deleted (readers refuse the index from here on, never mix
+    it), the old files, the new files are moved in, the manifest last, and
+    the marker goes. A publish killed midway is finished by the next build
+    (`clean_staging`). Readers that need an atomic switch use `--versioned`.
     """
     if not storage.is_remote(output):
         import os
@@ -95,11 +112,17 @@ def publish(staging: str, output: str) -> None:
         if old:
             shutil.rmtree(old)
         return
-    if FileSystems.exists(output):
-        FileSystems.delete([output])
-    sources = sorted(m.path for m in FileSystems.match([staging + '/**'])[0].metadata_list)
-    FileSystems.rename(sources, [output.rstrip('/') + s[len(staging) :] for s in sources])
-    FileSystems.delete([staging])
+    marker = posixpath.join(output, PUBLISHING_FILE)
+    storage.write_bytes(marker, f'{staging}\n'.encode('utf-8'))
+    storage.delete_files([posixpath.join(output, MANIFEST_FILE)])
+    storage.delete_files([f.path for f in storage.list_files(output) if f.path != marker])
+    last = posixpath.join(staging, MANIFEST_FILE)
+    sources = [f.path for f in storage.list_files(staging) if f.path != last]
+    # The manifest last: it makes the index complete.
+    for batch in (sources, [last]):
+        storage.move_files(batch, [output.rstrip('/') + source[len(staging) :] for source in batch])
+    storage.delete_files([marker])
+    storage.delete_trees([staging])
 
 
 def split_complete(files: Iterable[tuple[str, str, float]], marker: str) -> tuple[list[str], list[str]]:

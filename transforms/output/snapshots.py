@@ -18,14 +18,12 @@ import os
 import posixpath
 import re
 import time
-from typing import Iterator, Optional, Sequence
-
-from apache_beam.io.filesystems import FileSystems
+from typing import Iterator, Optional, Sequence, Union
 
 from transforms import file_locks, storage
 from transforms.output.publish import split_complete
 from transforms.output.tables import MANIFEST_FILE
-from transforms.storage import delete_trees, write_atomic
+from transforms.storage import delete_trees, leases, write_atomic
 
 RUNS_DIR = 'runs'
 LATEST_FILE = 'LATEST'
@@ -36,6 +34,9 @@ ROOT_ENTRIES = (RUNS_DIR, LATEST_FILE, CACHE_DIR, LOCK_FILE)
 # A run replaced as LATEST less than this long ago is not pruned: a query
 # that read LATEST just before may still be opening its files.
 DEFAULT_PRUNE_GRACE_SECONDS = 600.0
+
+# What `lock_file` yields: a lease on an object store, a held lock file locally.
+Lock = Union[None, leases.Lease, file_locks.HeldFile]
 
 _RUN_ID = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*')
 
@@ -75,11 +76,10 @@ def read_latest(root: str) -> Optional[str]:
       ValueError: If LATEST cannot be read or names no valid run id.
     """
     path = posixpath.join(root, LATEST_FILE)
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         return None
     try:
-        with FileSystems.open(path) as f:
-            run_id = f.read(1024).decode('utf-8').strip()
+        run_id = storage.read_bytes(path, 1024).decode('utf-8').strip()
         return check_run_id(run_id)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f'{path} is corrupt: it must hold one run id ({e})') from None
@@ -100,7 +100,7 @@ def resolve_index(path: str) -> str:
     if run_id is None:
         return path
     directory = run_dir(path, run_id)
-    if not FileSystems.exists(posixpath.join(directory, MANIFEST_FILE)):
+    if not storage.exists(posixpath.join(directory, MANIFEST_FILE)):
         raise ValueError(f'{path}/{LATEST_FILE} names run {run_id!r}, but {directory} is not a complete run')
     return directory
 
@@ -118,9 +118,9 @@ def list_runs(root: str) -> tuple[list[str], list[str]]:
 def _run_files(root: str) -> list[tuple[str, str, float]]:
     runs = posixpath.join(root, RUNS_DIR)
     files = []
-    for m in FileSystems.match([posixpath.join(runs, '**')])[0].metadata_list:
-        run_id, _, rest = m.path[len(runs) :].lstrip('/').partition('/')
-        files.append((run_id, rest, m.last_updated_in_seconds))
+    for f in storage.list_files(runs):
+        run_id, _, rest = f.path[len(runs) :].lstrip('/').partition('/')
+        files.append((run_id, rest, f.mtime))
     return files
 
 
@@ -131,11 +131,16 @@ def check_root(root: str) -> None:
       ValueError: If `root` is a file, or a directory holding anything a
         versioned root never holds (a plain index, someone's files).
     """
-    if storage.is_remote(root) or not os.path.exists(root):
+    if storage.is_remote(root):
+        # An object store's "directory" is what lies under its prefix: the first name of each path.
+        names = {f.path[len(root.rstrip('/')) + 1 :].split('/', 1)[0] for f in storage.list_files(root)}
+    elif not os.path.exists(root):
         return
-    if not os.path.isdir(root):
+    elif not os.path.isdir(root):
         raise ValueError(f'--output {root!r} is a file, not a directory')
-    foreign = sorted(n for n in os.listdir(root) if n not in ROOT_ENTRIES and not n.startswith(f'{LATEST_FILE}.tmp-'))
+    else:
+        names = set(os.listdir(root))
+    foreign = sorted(n for n in names if n not in ROOT_ENTRIES and not n.startswith(f'{LATEST_FILE}.tmp-'))
     if foreign:
         raise ValueError(
             f'--output {root!r} is not a versioned ragsieve root (it holds {", ".join(foreign[:5])}); '
@@ -153,10 +158,8 @@ def clean_debris(root: str) -> list[str]:
     _, incomplete = list_runs(root)
     debris = [run_dir(root, r) for r in incomplete]
     delete_trees(debris)
-    temporaries = [
-        m.path for m in FileSystems.match([posixpath.join(root, f'{LATEST_FILE}.tmp-*')])[0].metadata_list]
-    if temporaries:
-        FileSystems.delete(temporaries)
+    temporaries = [f.path for f in storage.match(posixpath.join(root, f'{LATEST_FILE}.tmp-*'))]
+    storage.delete_files(temporaries)
     return debris + temporaries
 
 
@@ -185,18 +188,19 @@ def prune_runs(root: str, keep: int, grace_seconds: float = 0.0, now: Optional[f
 
 
 @contextlib.contextmanager
-def lock(root: str) -> Iterator[Optional[file_locks.HeldFile]]:
-    """Holds an exclusive lock on a local root for the length of a build.
+def lock(root: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Lock]:
+    """Holds an exclusive lock on a root for the length of a build.
 
     Cleanup deletes what no complete run owns, which would break a second
-    build writing to the same root at the same time. The lock is a `flock`,
-    released by the kernel even when the holder is killed. Object stores have
-    no such lock: schedule one build per root there.
+    build writing to the same root at the same time. Locally the lock is a
+    `flock`, released by the kernel even when the holder is killed; on an
+    object store a lease object (`storage.leases`) that a killed holder
+    stops renewing, so it expires after `lease_seconds`.
 
     Raises:
       ValueError: If another process holds the lock.
     """
-    with lock_file(root, os.path.join(root, LOCK_FILE)) as held:
+    with lock_file(root, posixpath.join(root, LOCK_FILE), lease_seconds) as held:
         yield held
 
 
@@ -206,36 +210,39 @@ def plain_lock_path(output: str) -> str:
     Not inside the output, which publishing replaces by a rename: a lock
     file there would move away with the old index while a build held it.
     """
-    parent, name = os.path.split(output.rstrip('/'))
-    return os.path.join(parent, f'.{name}.lock')
+    parent, name = posixpath.split(output.rstrip('/'))
+    return posixpath.join(parent, f'.{name}.lock')
 
 
 @contextlib.contextmanager
-def lock_file(root: str, path: str) -> Iterator[Optional[file_locks.HeldFile]]:
-    """Holds an exclusive `flock` on the local file `path`, guarding `root` (see `lock`); yields it.
+def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Lock]:
+    """Holds the lock `path` guarding `root` (see `lock`): a local `flock`, or a lease on an object store.
 
-    The file follows no link and must be a regular file
+    Locally the file follows no link and must be a regular file
     (`file_locks.open_lock_file`); the lock is held on the file its path
     still names. A lock file inside `root` could be deleted or replaced
     while held, letting a second build take the root and delete this one's
     run as leftovers: the directory `root` itself is locked too, which no
     file operation inside it undoes. A plain output's lock is a sibling
-    (`plain_lock_path`), checked by `check_locks` before publishing.
-    Object stores have no lock: None is yielded.
+    (`plain_lock_path`).
+
+    Yields:
+      The lease on an object store, the held lock file locally: either one
+      for `check_locks` before committing and publishing.
 
     Raises:
       ValueError: If another process holds the lock, or the path is a link
         or no regular file.
     """
     if storage.is_remote(root):
-        yield None
+        with leases.held(path, root, lease_seconds) as lease:
+            yield lease
         return
     directory = os.path.dirname(path) or '.'
     os.makedirs(directory, exist_ok=True)
-    busy = f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})'
     held = file_locks.try_lock(path)
     if held is None:
-        raise ValueError(busy)
+        raise ValueError(f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})')
     directory_fd = None
     try:
         if os.path.normpath(directory) == os.path.normpath(root):
@@ -249,11 +256,12 @@ def lock_file(root: str, path: str) -> Iterator[Optional[file_locks.HeldFile]]:
         held.release()
 
 
-def check_locks(held: Sequence[Optional[file_locks.HeldFile]]) -> None:
-    """Before a step that a second build would break (publishing): this build still holds its locks.
+def check_locks(held: Sequence[Lock]) -> None:
+    """Before a step that a second build would break (committing, publishing): this build still holds its locks.
 
     Raises:
-      ValueError: If a lock file was deleted or replaced while held.
+      ValueError: If a local lock file was deleted or replaced while held.
+      leases.Lost: If an object store's lease was lost.
     """
     for lock in held:
         if lock is None:

@@ -8,8 +8,8 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import storage
 from transforms.hashing import stable_hash
 from transforms.text import text_key
 from transforms.types import Chunk, Document, Dropped, Rejected
@@ -234,7 +234,7 @@ def part_paths(directory: str) -> list[str]:
         `part-00000..N-1-of-N` of one N.
     """
     pattern = posixpath.join(directory, f'{PART_PREFIX}*{PART_SUFFIX}')
-    found = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    found = [f.path for f in storage.match(pattern)]
     if not found:
         raise ValueError(f'{directory} holds no {PART_PREFIX}*{PART_SUFFIX} files')
     names = [posixpath.basename(p) for p in found]
@@ -276,7 +276,7 @@ def read_part(path: str, columns: Optional[Sequence[str]] = None, present_only: 
 
 def read_schema(path: str) -> pa.Schema:
     """The columns of one Parquet file, from its footer (load it through `load_file`)."""
-    with FileSystems.open(path) as f:
+    with storage.open_read(path) as f:
         return pq.ParquetFile(f).schema_arrow
 
 
@@ -287,7 +287,7 @@ def table_problem(directory: str, columns: Sequence[str] = ()) -> Optional[str]:
     deleted, overwritten with other bytes or truncated, or that lacks one
     of `columns`, is found at the cost of a few KB per part.
     """
-    if not FileSystems.exists(directory):
+    if not storage.has_files(directory):
         return f'{directory} is missing'
     try:
         for path in part_paths(directory):
@@ -300,7 +300,7 @@ def table_problem(directory: str, columns: Sequence[str] = ()) -> Optional[str]:
 
 
 def _read_part(path: str, columns: Optional[Sequence[str]], present_only: bool) -> pa.Table:
-    with FileSystems.open(path) as f:
+    with storage.open_read(path) as f:
         part = pq.ParquetFile(f)
         if present_only and columns is not None:
             columns = [c for c in columns if c in part.schema_arrow.names]

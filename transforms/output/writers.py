@@ -53,13 +53,14 @@ def _keyed_by_shard(row: Mapping, spec: TableSpec, num_shards: int) -> tuple[int
 class _WritePartFn(beam.DoFn):
     """(shard, rows) -> one part file; yields the number of rows written."""
 
-    def __init__(self, spec: TableSpec, directory: str, num_shards: int):
+    def __init__(self, spec: TableSpec, directory: str, num_shards: int, namespace: str = 'write'):
         self._spec = spec
         self._directory = directory
         self._num_shards = num_shards
-        self._rows = Metrics.counter('write', f'{spec.directory}_rows')
-        self._msecs = Metrics.counter('write', 'msecs')
-        self._parts = Metrics.counter('write', 'parts')
+        self._rows = Metrics.counter(namespace, f'{spec.directory}_rows')
+        self._msecs = Metrics.counter(namespace, 'msecs')
+        self._parts = Metrics.counter(namespace, 'parts')
+        self._live_parts = f'{namespace}.parts'  # progress.PARTS for the output tables
 
     def process(self, element) -> Iterable[int]:
         started = time.perf_counter()
@@ -69,7 +70,7 @@ class _WritePartFn(beam.DoFn):
         self._rows.inc(table.num_rows)
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._parts.inc()
-        progress.count(progress.PARTS)
+        progress.count(self._live_parts)
         yield table.num_rows
 
     def finish_bundle(self):
@@ -83,16 +84,20 @@ class WriteTable(beam.PTransform):
     part; each part is sorted and written by whichever worker holds its
     group, so a worker holds one part, never the table. Every part of
     `num_shards` is written, empty ones too: the file set is fixed, and the
-    bytes depend only on the rows and the shard count.
+    bytes depend only on the rows and the shard count. Its counters are under
+    `namespace`: `write` (`progress.PARTS`, the parts the build's meter
+    counts) for the output tables, another for other tables (the feature
+    cache's), which the meter's total does not include.
     """
 
-    def __init__(self, spec: TableSpec, directory: str, num_shards: int):
+    def __init__(self, spec: TableSpec, directory: str, num_shards: int, namespace: str = 'write'):
         super().__init__()
         if num_shards < 1:
             raise ValueError(f'num_shards must be >= 1, got {num_shards}')
         self._spec = spec
         self._directory = directory
         self._num_shards = num_shards
+        self._namespace = namespace
 
     def expand(self, rows):
         keyed = rows | 'KeyByShard' >> beam.Map(_keyed_by_shard, self._spec, self._num_shards)
@@ -102,7 +107,7 @@ class WriteTable(beam.PTransform):
             (keyed, every)
             | 'WithEveryShard' >> beam.Flatten()
             | 'GroupByShard' >> beam.GroupByKey()
-            | 'WritePart' >> beam.ParDo(_WritePartFn(self._spec, self._directory, self._num_shards))
+            | 'WritePart' >> beam.ParDo(_WritePartFn(self._spec, self._directory, self._num_shards, self._namespace))
         )
 
 

@@ -7,11 +7,13 @@ import dataclasses
 import json
 import logging
 import os
+import posixpath
 import time
 from typing import Optional, Sequence
 
 import numpy as np
 
+from transforms import storage
 from transforms.features.embedding import embed_texts
 from transforms.features.models import load_embedding_model, resolve_model_path
 from transforms.output import digests, snapshots, tables
@@ -213,7 +215,7 @@ class Retriever:
     """Answers many queries over one index; loads everything once.
 
     Args:
-      index: Directory of a built index, or a versioned root (its LATEST run); local.
+      index: Directory of a built index, or a versioned root (its LATEST run); local or on an object store.
       config: Ranking settings.
       model: An already loaded sentence-transformers model; by default the
         index's own model is loaded.
@@ -247,13 +249,28 @@ class Retriever:
         for attempt in (1, 2):
             directory = snapshots.resolve_index(index)
             try:
-                self._load(directory, model, model_name, device, nprobe, ef_search)
+                self._load_from(directory, model, model_name, device, nprobe, ef_search)
                 break
             except ValueError:
-                vanished = directory != index and not os.path.isfile(os.path.join(directory, tables.MANIFEST_FILE))
+                vanished = directory != index and not storage.exists(posixpath.join(directory, tables.MANIFEST_FILE))
                 if attempt == 2 or not vanished:
                     raise
                 LOG.info('run %s was pruned while it was being opened: reading %s/LATEST again', directory, index)
+
+    def _load_from(self, directory: str, *args) -> None:
+        """`_load` of a local run, or of a local copy of a remote one (FAISS and bm25s open files by name).
+
+        The copy is checked against the manifest's digests like a local run,
+        and errors name the remote files, not the copy's.
+        """
+        with storage.local_copy(directory) as local:
+            try:
+                self._load(local, *args)
+            except ValueError as e:
+                if local == directory:
+                    raise
+                raise ValueError(str(e).replace(local, directory)) from None
+        self.index = directory
 
     def _load(self, index: str, model, model_name: Optional[str], device: str,
               nprobe: Optional[int], ef_search: Optional[int]) -> None:

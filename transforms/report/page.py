@@ -18,7 +18,6 @@ import posixpath
 from html import escape
 from typing import Iterable, Optional
 
-from apache_beam.io.filesystems import FileSystems
 
 from transforms import storage
 from transforms.ingest import formats, reasons
@@ -283,12 +282,11 @@ def render(manifest: dict, diff: Optional[dict], sampled: dict) -> str:
 
 
 def _read_json(path: str) -> Optional[dict]:
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         return None
 
     def load(p):
-        with FileSystems.open(p) as f:
-            return json.loads(f.read().decode('utf-8'))
+        return json.loads(storage.read_bytes(p).decode('utf-8'))
 
     return tables.load_file(path, load)
 

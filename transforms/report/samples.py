@@ -13,8 +13,8 @@ import posixpath
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import storage
 from transforms.hashing import stable_hash
 from transforms.output import tables
 
@@ -56,7 +56,7 @@ def sample_by(rows: Iterable[dict], group: Callable[[dict], Optional[str]], key:
 def table_parts(directory: str, name: str, columns: Sequence[str]) -> Iterator[pa.Table]:
     """The parts of one table of a run; nothing for a table the run did not write."""
     path = posixpath.join(directory, name)
-    if not FileSystems.exists(path):
+    if not storage.has_files(path):
         return iter(())
     return tables.iter_parts(path, list(columns), present_only=True)
 

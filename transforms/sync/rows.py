@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from transforms import storage
 from transforms.output import tables
 
 # What a store row carries besides the run id and its hash, from chunks/.
@@ -223,9 +224,7 @@ def read_vectors(path: str, positions: Sequence[int]) -> pa.Array:
       ValueError: One line naming the part, when it cannot be read.
     """
     def read(p: str) -> pa.Array:
-        from apache_beam.io.filesystems import FileSystems
-
-        with FileSystems.open(p) as f:
+        with storage.open_read(p) as f:
             part = pq.ParquetFile(f)
             sizes = [part.metadata.row_group(g).num_rows for g in range(part.num_row_groups)]
             starts = np.cumsum([0] + sizes)
@@ -273,12 +272,9 @@ class Run:
         Raises:
           ValueError: If the manifest cannot be read or lacks what a sync needs.
         """
-        from apache_beam.io.filesystems import FileSystems
-
         path = posixpath.join(directory, tables.MANIFEST_FILE)
         try:
-            with FileSystems.open(path) as f:
-                manifest = json.loads(f.read().decode('utf-8'))
+            manifest = json.loads(storage.read_bytes(path).decode('utf-8'))
             counts = manifest['counts']
             return cls(directory, manifest['run_id'], counts['chunks'] + counts['deltas'], manifest['model']['dim'],
                        vectors_id_of(manifest))

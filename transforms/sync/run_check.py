@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from transforms import storage
 from transforms.output import tables
 from transforms.sync import rows
 from transforms.sync.store import shown_id
@@ -83,8 +84,6 @@ def _check_ids(parts: list[tuple[str, pa.ChunkedArray]]) -> None:
 
 
 def _footer(path: str) -> pq.FileMetaData:
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(path) as f:
+    with storage.open_read(path) as f:
         return pq.ParquetFile(f).metadata
 

@@ -22,11 +22,12 @@ from tests.helpers import REPO, data_files, running_engine, sdk_workers
 FLAGS = ['--chunk_size', '64']
 
 
-def build(corpus, output, *flags, wait=None):
+def build(corpus, output, *flags, wait=None, env=None):
     """Runs `ragsieve build` in its own process; with `wait`, calls it with the process until it returns True."""
     command = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output', str(output),
                *FLAGS, *flags]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
     while wait is not None and process.poll() is None and not wait(process):
         time.sleep(0.5)
     out, err = process.communicate(timeout=1800)
@@ -41,7 +42,8 @@ def manifest(directory):
 # cluster without restarts, the run the design must survive (one line, nothing published).
 more_faults = pytest.mark.skipif(
     os.environ.get('RAGSIEVE_ENGINE_FAULTS') != '1',
-    reason='a recovered SDK worker or TaskManager: 6 more minutes, run with RAGSIEVE_ENGINE_FAULTS=1')
+    reason='a recovered SDK worker or TaskManager, Ctrl-C of a Flink build: 9 more minutes, run with '
+           'RAGSIEVE_ENGINE_FAULTS=1')
 
 # Timed progress lines each second: the engine's PROCESS workers send their counts to the launcher.
 PROGRESS = ('--progress', 'log', '--progress_interval', '1')
@@ -72,6 +74,24 @@ def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(fl
     assert features['embedding']['hits'] == manifest(direct)['counts']['chunks_before_filters']
     assert features['embedding']['computed'] == 0
     assert '--parallelism' in flink_cluster.build_flags() and flink_cluster.settings.parallelism == 2
+
+
+def test_flink_reads_and_writes_s3_and_builds_the_direct_runners_bytes(flink_cluster, minio, sample_root, tmp_path,
+                                                                        monkeypatch):
+    from tests.helpers import BUCKET, download, same_build, upload
+    from transforms import storage
+
+    corpus, direct_root = sample_root
+    for key, value in minio.env.items():  # the launcher's settings: the user's environment
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    prefix = f's3://{BUCKET}/flink'
+    remote_corpus = upload(corpus, f'{prefix}/corpus')
+    done = build(remote_corpus, f'{prefix}/index', '--versioned', '--run_id', 'f1', *flink_cluster.build_flags())
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = download(f'{prefix}/index/runs/f1', tmp_path / 'f1')
+    assert same_build(data_files(run), data_files(direct_root / 'runs' / 'r1'), remote_corpus, corpus)
+    assert manifest(run)['counts'] == manifest(direct_root / 'runs' / 'r1')['counts']
 
 
 def test_spark_builds_the_direct_runners_bytes(spark_cluster, sample_root, tmp_path):
@@ -158,3 +178,91 @@ def test_a_killed_taskmanager_without_restarts_is_one_line_and_publishes_nothing
     assert 'Traceback' not in done.stderr
     assert data_files(out) == before
     assert not list(tmp_path.glob('out.staging-*'))
+
+
+def build_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith('ragsieve build:')]
+
+
+def test_spark_without_its_only_worker_ends_after_the_stall_bound_in_one_line(spark_cluster, sample_root, tmp_path):
+    """Spark waits for resources forever; the build cancels the job after --engine_stall_timeout, exit 6."""
+    corpus, _ = sample_root
+    killed = []
+
+    def kill_the_worker(_process) -> bool:
+        apps = (processes.read_json(f'{spark_cluster.ui}/json/') or {}).get('activeapps', [])
+        if not any(a.get('state') == 'RUNNING' for a in apps):
+            return False
+        spark_cluster.kill_worker(0)
+        killed.append(time.monotonic())
+        return True
+
+    try:
+        done = build(corpus, tmp_path / 'out', '--engine_stall_timeout', '45', *PROGRESS,
+                     *spark_cluster.build_flags(), wait=kill_the_worker)
+    finally:
+        spark_cluster.start_worker(0)  # the session's cluster, whole again
+        spark_cluster.wait_for_workers(1)
+    took = time.monotonic() - killed[0]
+    lines = build_lines(done.stderr)
+    assert done.returncode == 6 and len(lines) == 1, done.stderr[-3000:]
+    assert 'the job made no progress on spark for 45 s (--engine_stall_timeout)' in lines[0]
+    assert 'nothing was published' in lines[0] and 'Traceback' not in done.stderr
+    assert took < 45 + 60, took
+    assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('out.staging-*'))
+
+
+def test_a_killed_flink_job_server_cancels_the_job_and_is_one_line(flink_cluster, sample_root, tmp_path):
+    """The job would run on and write a whole run into a directory the build gave up; it is cancelled, exit 6."""
+    corpus, _ = sample_root
+    started = embedding_started(flink_cluster)
+
+    def kill_the_job_server(process) -> bool:
+        if not started(process):
+            return False
+        found = subprocess.run(['pgrep', '-P', str(process.pid), '-f', str(flink_cluster.job_server)],
+                               capture_output=True, text=True)
+        os.kill(int(found.stdout.split()[0]), signal.SIGKILL)
+        return True
+
+    done = build(corpus, tmp_path / 'out', *flink_cluster.build_flags(), wait=kill_the_job_server)
+    lines = build_lines(done.stderr)
+    assert done.returncode == 6 and len(lines) == 1, done.stderr[-3000:]
+    assert 'lost the job service' in lines[0] and 'cancelled' in lines[0] and 'nothing was published' in lines[0]
+    assert 'Traceback' not in done.stderr
+    deadline = time.monotonic() + 60
+    while True:  # no job of this build runs on after the launcher exited
+        jobs = (processes.read_json(f'{flink_cluster.rest}/jobs/overview') or {}).get('jobs', [])
+        running = [j for j in jobs if j['state'] not in ('FINISHED', 'FAILED', 'CANCELED')]
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert running == []
+    assert any(j['state'] == 'CANCELED' and j['name'].startswith('ragsieve-') for j in jobs)
+    assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('out.staging-*'))
+
+
+@more_faults
+def test_ctrl_c_of_a_flink_build_cancels_its_job(flink_cluster, sample_root, tmp_path):
+    """Exit 130, and the job does not run on in the cluster (by hand: a Flink build, 3 minutes)."""
+    corpus, _ = sample_root
+    started = embedding_started(flink_cluster)
+    command = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output',
+               str(tmp_path / 'out'), *FLAGS, *flink_cluster.build_flags()]
+    # SIGINT as a terminal sends it (a process started in the background may inherit it ignored).
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while process.poll() is None and not started(process):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130 and build_lines(err) == ['ragsieve build: interrupted'], err[-3000:]
+    assert 'cancelling the job on flink' in err and 'Traceback' not in err
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        jobs = (processes.read_json(f'{flink_cluster.rest}/jobs/overview') or {}).get('jobs', [])
+        if all(j['state'] in ('FINISHED', 'FAILED', 'CANCELED') for j in jobs):
+            break
+        time.sleep(1)
+    assert all(j['state'] in ('FINISHED', 'FAILED', 'CANCELED') for j in jobs), jobs
+    assert not (tmp_path / 'out').exists()

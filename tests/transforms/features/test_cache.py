@@ -5,6 +5,7 @@ the join, not the model, so no model runs here (see
 tests/pipelines/build_index/test_incremental.py for builds with the real model).
 """
 
+import dataclasses
 import logging
 import os
 
@@ -15,6 +16,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.helpers import flip_pages, rewrite_values
+from transforms import progress
 from transforms.features import cache as feature_cache
 from transforms.features.cache import CacheRun
 from transforms.features.cache_settings import CacheSpec
@@ -200,3 +202,20 @@ def test_the_join_treats_a_damaged_entry_as_a_miss(tmp_path):
         out = p | beam.Create([chunk('a', 0, 'good'), chunk('a', 1, 'bad')]) | feature_cache.JoinCachedFeatures(run)
         assert_that(out | beam.Map(lambda c: (c.chunk_id, None if c.embedding is None else c.embedding.tolist())),
                     equal_to([('a#0', good.tolist()), ('a#1', None)]))
+
+
+def test_cache_parts_are_not_counted_as_the_builds_written_parts(tmp_path, monkeypatch):
+    # The build's meter shows `write.parts` against the output tables' parts: a cache's would push it over.
+    live = []
+    monkeypatch.setattr(progress, 'count', lambda key, n=1: live.append(key))
+    embedding = CacheSpec('embedding', {'model': 'x'})
+    run = CacheRun.open(str(tmp_path), [embedding], 'g1', num_shards=2)
+    vector = np.array([0.6, 0.8, 0.0], dtype=np.float32)
+    p = TestPipeline()
+    _ = p | beam.Create([dataclasses.replace(chunk('a', 0, 'some text'), embedding=vector)]) | feature_cache.WriteFeatureCache(run)
+    result = p.run()
+    result.wait_until_finish()
+    counters = {f'{c.key.metric.namespace}.{c.key.metric.name}': c.committed
+                for c in result.metrics().query()['counters']}
+    assert progress.PARTS not in counters and counters['cache.parts'] == 2
+    assert progress.PARTS not in live and live.count('cache.parts') == 2

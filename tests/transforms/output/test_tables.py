@@ -56,7 +56,11 @@ def test_table_problem_names_what_cannot_be_read_from_the_footers(tmp_path):
     assert problem.startswith(f'{directory}/part-00001-of-00003.parquet is corrupt or unreadable'), problem
     for part in directory.iterdir():
         part.unlink()
+    (directory / 'notes.txt').write_text('not a part')
     assert tables.table_problem(str(directory)) == f'{directory} holds no part-*.parquet files'
+    (directory / 'notes.txt').unlink()
+    # An empty directory is a missing one, as on an object store, where no directory outlives its files.
+    assert tables.table_problem(str(directory)) == f'{directory} is missing'
     assert tables.table_problem(str(tmp_path / 'nothing')) == f'{tmp_path / "nothing"} is missing'
 
 

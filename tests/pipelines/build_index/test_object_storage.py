@@ -1,0 +1,142 @@
+"""Builds on object storage: s3:// on a real MinIO, gs:// on fake-gcs-server, as on local disk.
+
+The servers are real (engines/objectstores.py, `make objectstores`); the
+store's settings reach the build as a user's would, through the
+environment (AWS_*, STORAGE_EMULATOR_HOST). The local build of the same
+corpus is `sample_root`'s run r1.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipelines import build_index
+from pipelines import sync as sync_job
+from engines.objectstores import MINIO_PASSWORD, MINIO_USER
+from tests.helpers import BUCKET, REPO, data_files, download, same_build, upload
+from transforms import storage
+from transforms.output import snapshots
+from transforms.output.publish import KILL_AT_ENV
+from transforms.query.retriever import Retriever
+from transforms.storage import leases
+
+FLAGS = ['--chunk_size', '64', '--progress', 'none']
+
+
+def manifest_of(url: str) -> dict:
+    return json.loads(storage.read_bytes(f'{url}/manifest.json'))
+
+
+def run_files(url: str, local) -> dict:
+    return data_files(download(url, local))
+
+
+def test_build_rebuilds_query_and_sync_on_an_object_store_as_on_local_disk(
+        object_store, sample_root, embedding_model, tmp_path):
+    corpus, local_root = sample_root
+    remote_corpus = upload(corpus, f'{object_store}/corpus')
+    root = f'{object_store}/index'
+    flags = ['--input', remote_corpus, '--output', root, '--versioned', *FLAGS]
+
+    build_index.run(flags + ['--run_id', 'r1'])
+    local = data_files(local_root / 'runs' / 'r1')
+    assert same_build(run_files(f'{root}/runs/r1', tmp_path / 'r1'), local, remote_corpus, corpus)
+
+    # Unchanged: the previous run and the feature cache are found under their prefixes.
+    second = build_index.run(flags + ['--run_id', 'r2'])
+    assert second['cache']['features']['embedding']['computed'] == 0
+    assert second['cache']['features']['embedding']['hits'] == second['counts']['chunks_before_filters']
+    assert run_files(f'{root}/runs/r2', tmp_path / 'r2') == run_files(f'{root}/runs/r1', tmp_path / 'r1')
+    diff = json.loads(storage.read_bytes(f'{root}/runs/r2/diff.json'))
+    assert (diff['previous_run'], diff['documents']['unchanged']) == ('r1', second['counts']['documents_indexed'])
+    # The relative gates compared with r1 (none skipped for want of a previous run).
+    assert second['gates']['previous_run'] == 'r1'
+    assert [c['status'] for c in second['gates']['checks']] == ['pass'] * len(second['gates']['checks'])
+
+    # Changed: one document rewritten; only its chunks are embedded again.
+    history = f'{remote_corpus}/history.txt'
+    storage.write_bytes(history, storage.read_bytes(history).replace(b'the', b'THE', 3))
+    third = build_index.run(flags + ['--run_id', 'r3'])
+    diff = json.loads(storage.read_bytes(f'{root}/runs/r3/diff.json'))
+    assert diff['documents']['changed']['count'] == 1
+    assert 0 < third['cache']['features']['embedding']['computed'] < third['counts']['chunks_before_filters']
+    assert snapshots.read_latest(root) == 'r3'
+
+    # Read through LATEST and the manifest's digests, like a local index.
+    hits = Retriever(root, model=embedding_model).search('How long does sourdough need to rise?', k=3).hits
+    assert hits and hits[0].doc_id.startswith('guides/sourdough')
+    report = sync_job.run(['--index', root, '--to', f'lancedb://{tmp_path}/lance', '--progress', 'none'])
+    assert report.upserted == third['counts']['chunks'] + third['counts']['deltas']
+
+
+def test_a_damaged_remote_index_is_refused_by_its_digests(object_store, sample_root, embedding_model):
+    corpus, _ = sample_root
+    output = f'{object_store}/plain'
+    build_index.run(['--input', str(corpus), '--output', output, *FLAGS])
+    part = storage.match(f'{output}/chunks/part-*')[0].path
+    storage.write_bytes(part, storage.read_bytes(part)[:-10] + b'x' * 10)
+    with pytest.raises(ValueError, match=f'{part} does not match the SHA-256'):
+        Retriever(output, model=embedding_model)
+
+
+def test_a_plain_rebuild_with_other_shards_replaces_the_index_whole(object_store, sample_root, embedding_model):
+    corpus, _ = sample_root
+    output = f'{object_store}/plain'
+    for shards in (3, 2):
+        build_index.run(['--input', str(corpus), '--output', output, '--num_shards', str(shards), *FLAGS])
+    parts = [f.path.rsplit('/', 1)[1] for f in storage.list_files(f'{output}/chunks')]
+    assert parts == ['part-00000-of-00002.parquet', 'part-00001-of-00002.parquet']
+    # Nothing of the staging or of the publish is left beside or inside the index.
+    leftovers = [f.path for f in storage.list_files(storage.parent(output)) if not f.path.startswith(output + '/')]
+    assert leftovers == [] and not storage.exists(f'{output}/.publishing')
+    assert Retriever(output, model=embedding_model).search('sourdough', k=1).hits
+
+
+def test_a_second_build_on_a_leased_root_is_refused_naming_the_holder(object_store, sample_root):
+    corpus, _ = sample_root
+    root = f'{object_store}/index'
+    with leases.held(f'{root}/{snapshots.LOCK_FILE}', root, seconds=60):
+        with pytest.raises(ValueError, match=rf'another ragsieve build is writing to {root} \(held by .+:\d+, '):
+            build_index.run(['--input', str(corpus), '--output', root, '--versioned', *FLAGS])
+    assert storage.list_files(root) == []  # refused before anything was written
+
+
+def test_a_build_killed_mid_run_leaves_latest_and_its_lease_expires(object_store, sample_root):
+    corpus, _ = sample_root
+    root = f'{object_store}/index'
+    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
+    build_index.run(flags + ['--run_id', 'r1'])
+    env = {**os.environ, KILL_AT_ENV: 'after_pipeline'}
+    killed = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'r2'], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert snapshots.read_latest(root) == 'r1'
+    assert storage.has_files(f'{root}/runs/r2') and storage.exists(f'{root}/{snapshots.LOCK_FILE}')
+    time.sleep(3.5)  # the killed build's lease expires; nothing else frees the root
+    build_index.run(flags + ['--run_id', 'r3'])
+    assert snapshots.read_latest(root) == 'r3'
+    assert not storage.has_files(f'{root}/runs/r2')  # its leftovers were deleted
+    assert not storage.exists(f'{root}/{snapshots.LOCK_FILE}')  # given back at the end
+
+
+def test_beams_s3_flags_alone_reach_every_launcher_step_and_the_secret_is_never_printed(
+        minio, sample_root, tmp_path, monkeypatch):
+    corpus, local_root = sample_root
+    env = {k: v for k, v in os.environ.items() if not k.startswith('AWS_')}  # the flags are all it has
+    root = f's3://{BUCKET}/flags-only'
+    flags = ['--s3_endpoint_url', minio.endpoint, '--s3_access_key_id', MINIO_USER,
+             '--s3_secret_access_key', MINIO_PASSWORD, '--s3_region_name', 'us-east-1']
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus), '--output', root,
+                           '--versioned', '--run_id', 'r1', *FLAGS, *flags], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert MINIO_PASSWORD not in done.stdout + done.stderr
+    for key, value in minio.env.items():  # to read the run back here
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    assert data_files(download(f'{root}/runs/r1', tmp_path / 'r1')) == data_files(local_root / 'runs' / 'r1')
+    assert MINIO_PASSWORD.encode() not in storage.read_bytes(f'{root}/runs/r1/manifest.json')

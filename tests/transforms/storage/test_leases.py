@@ -1,0 +1,60 @@
+"""Leases on object stores: one holder at a time, refusals name it, an expired lease is taken over, a lost one stops."""
+
+import time
+
+import pytest
+
+from transforms.storage import leases, object_writes
+
+
+def test_a_lease_body_is_read_back_and_anything_else_counts_as_expired():
+    body = leases.read_body(leases.lease_body('host:1', 1000.0, 30))
+    assert body == {'holder': 'host:1', 'expires_at': 1000.0, 'seconds': 30}
+    assert not leases.is_expired(body, 999.9) and leases.is_expired(body, 1000.0)
+    for junk in (b'', b'\xff', b'[' * 60000, b'{"holder": 1, "expires_at": 5}', b'{"holder": "h", "expires_at": true}'):
+        assert leases.read_body(junk) is None and leases.is_expired(leases.read_body(junk), 0)
+
+
+def test_a_lease_must_last(object_store):
+    with pytest.raises(ValueError, match='more than 0 seconds'):
+        leases.Lease(f'{object_store}/.lock', object_store, seconds=0)
+
+
+def test_one_holder_at_a_time_and_the_refusal_names_it(object_store):
+    path = f'{object_store}/.lock'
+    with leases.held(path, object_store, seconds=30):
+        second = leases.Lease(path, object_store, seconds=30, holder='other:2')
+        with pytest.raises(leases.Held, match=rf'writing to {object_store} \(held by .+:\d+, lease {path} expires'):
+            second.acquire()
+    assert object_writes.read_versioned(path) is None  # given back
+    with leases.held(path, object_store, seconds=30):  # and free again
+        pass
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_holder_finds_it_lost(object_store):
+    path = f'{object_store}/.lock'
+    stalled = leases.Lease(path, object_store, seconds=1.5, holder='stalled:1')
+    stalled.acquire()
+    stalled._stop.set()  # as a holder that stopped renewing (SIGSTOP, a long pause)
+    stalled._thread.join()
+    time.sleep(1.6)
+    with leases.held(path, object_store, seconds=30) as taker:
+        taker.check()
+        # The stalled holder's next renewal is refused: its version is no longer the object's.
+        assert object_writes.replace_if_version(path, b'x', stalled._version) is None
+    stalled.release()
+
+
+def test_a_renewal_refused_marks_the_lease_lost(object_store):
+    path = f'{object_store}/.lock'
+    lease = leases.Lease(path, object_store, seconds=1.5)
+    lease.acquire()
+    found = object_writes.read_versioned(path)
+    object_writes.replace_if_version(path, leases.lease_body('thief:9', time.time() + 60, 60), found[1])
+    deadline = time.monotonic() + 20
+    while lease._lost is None and time.monotonic() < deadline:  # a renewal (every third of the lease) meets it
+        time.sleep(0.1)
+    with pytest.raises(leases.Lost, match=f'the lease {path} on {object_store} was taken over'):
+        lease.check()
+    lease.release()
+    assert leases.read_body(object_writes.read_versioned(path)[0])['holder'] == 'thief:9'  # not deleted: not ours

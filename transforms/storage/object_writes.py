@@ -1,0 +1,136 @@
+"""Conditional object writes on S3 and GCS, through the clients Beam's filesystems were configured with.
+
+Beam's filesystems have no conditional write, so a lease (`leases.py`)
+talks to the store's own client: boto3 for s3://, google-cloud-storage for
+gs://, built from the same options (`storage.configure`). A version is
+what the store compares: an object's ETag on S3, its generation on GCS.
+Each call returns None where the store refused the condition.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from transforms import storage
+
+
+def _s3(path: str):
+    from apache_beam.io.aws import s3io
+
+    bucket, key = s3io.parse_s3_path(path)
+    return s3io.S3IO(options=storage.pipeline_options()).client.client, bucket, key
+
+
+def _gcs(path: str):
+    from apache_beam.io.gcp import gcsio
+
+    bucket, key = gcsio.parse_gcs_path(path)
+    return gcsio.GcsIO(pipeline_options=storage.pipeline_options()).client.bucket(bucket).blob(key)
+
+
+def _s3_refused(error) -> bool:
+    """A condition the store refused (412, or 409 for two conditional writes at once), or the object is gone."""
+    response = getattr(error, 'response', None) or {}
+    code = response.get('Error', {}).get('Code')
+    status = response.get('ResponseMetadata', {}).get('HTTPStatusCode')
+    return code in ('PreconditionFailed', 'ConditionalRequestConflict', 'NoSuchKey') or status in (404, 409, 412)
+
+
+def _kind(path: str) -> str:
+    kind = storage.scheme(path)
+    if kind not in ('s3', 'gs'):
+        raise ValueError(f'conditional writes are made on s3:// and gs:// only, not {path!r}')
+    return kind
+
+
+def create_if_absent(path: str, data: bytes) -> Optional[str]:
+    """Writes the object only if none exists at `path`; its version, or None when one exists."""
+    if _kind(path) == 's3':
+        from botocore.exceptions import ClientError
+
+        client, bucket, key = _s3(path)
+        try:
+            return client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch='*')['ETag']
+        except ClientError as e:
+            if _s3_refused(e):
+                return None
+            raise
+    from google.api_core.exceptions import PreconditionFailed
+
+    blob = _gcs(path)
+    try:
+        blob.upload_from_string(data, if_generation_match=0)
+    except PreconditionFailed:
+        return None
+    return str(blob.generation)
+
+
+def read_versioned(path: str) -> Optional[tuple[bytes, str]]:
+    """`(data, version)` of the object at `path`, or None when there is none."""
+    if _kind(path) == 's3':
+        from botocore.exceptions import ClientError
+
+        client, bucket, key = _s3(path)
+        try:
+            answer = client.get_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if _s3_refused(e):
+                return None
+            raise
+        return answer['Body'].read(), answer['ETag']
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    blob = _gcs(path)
+    try:
+        blob.reload()
+        return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
+    except (NotFound, PreconditionFailed):
+        return None
+
+
+def replace_if_version(path: str, data: bytes, version: str) -> Optional[str]:
+    """Replaces the object only if it still is `version`; the new version, or None when it is not."""
+    if _kind(path) == 's3':
+        from botocore.exceptions import ClientError
+
+        client, bucket, key = _s3(path)
+        try:
+            return client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=version)['ETag']
+        except ClientError as e:
+            if _s3_refused(e):
+                return None
+            raise
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    blob = _gcs(path)
+    try:
+        blob.upload_from_string(data, if_generation_match=int(version))
+    except (NotFound, PreconditionFailed):
+        return None
+    return str(blob.generation)
+
+
+def delete_if_version(path: str, version: str) -> bool:
+    """Deletes the object only if it still is `version`; whether it did."""
+    if _kind(path) == 's3':
+        from botocore.exceptions import ClientError
+
+        client, bucket, key = _s3(path)
+        found = read_versioned(path)
+        # S3's conditional delete is not served by every S3-compatible store: compare, then delete.
+        if found is None or found[1] != version:
+            return False
+        try:
+            client.delete_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if _s3_refused(e):
+                return False
+            raise
+        return True
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    try:
+        _gcs(path).delete(if_generation_match=int(version))
+    except (NotFound, PreconditionFailed):
+        return False
+    return True
