@@ -249,6 +249,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds))
                 for path, root in build_locks(config)]
         target, debris = prepare_target(config)
+        if not config.versioned:  # held while it fills: a build whose lock file was deleted is still seen
+            stack.enter_context(snapshots.hold_staging(target.directory))
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:

@@ -245,15 +245,60 @@ def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECOND
         raise ValueError(f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})')
     directory_fd = None
     try:
+        # Its lock file deleted or replaced under a build that still runs: that build still holds these.
         if os.path.normpath(directory) == os.path.normpath(root):
             directory_fd = file_locks.lock_directory(root)
-            if directory_fd is None:  # its lock file was deleted or replaced under a build that still runs
+            if directory_fd is None:
                 raise ValueError(f'another ragsieve build is writing to {root} (it holds the directory)')
+        else:
+            staging = staging_in_use(root)
+            if staging is not None:
+                raise ValueError(f'another ragsieve build is writing to {root} (it holds {os.path.basename(staging)})')
         yield held
     finally:
         if directory_fd not in (None, -1):
             os.close(directory_fd)
         held.release()
+
+
+@contextlib.contextmanager
+def hold_staging(directory: str) -> Iterator[None]:
+    """Creates a plain build's local staging directory and locks it while the build fills it.
+
+    Should the output's sibling lock file be deleted meanwhile, the next
+    build finds this directory held (`staging_in_use`) and refuses, instead
+    of deleting it as the leftover of a killed run. Object stores: nothing.
+    """
+    if storage.is_remote(directory):
+        yield
+        return
+    os.makedirs(directory, exist_ok=True)
+    fd = file_locks.lock_directory(directory)
+    try:
+        yield
+    finally:
+        if fd not in (None, -1):
+            os.close(fd)
+        # Made here and left without a file by a failed build (`discard` deletes what has files); gone once published.
+        if os.path.isdir(directory) and not any(files for _, _, files in os.walk(directory)):
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def staging_in_use(output: str) -> Optional[str]:
+    """A staging directory of `output` (`publish.staging_path`) that a running build holds, or None."""
+    import glob
+
+    for path in sorted(glob.glob(glob.escape(output.rstrip('/')) + '.staging-*')):
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        fd = file_locks.lock_directory(path)
+        if fd is None:
+            return path
+        if fd != -1:
+            os.close(fd)
+    return None
 
 
 def check_locks(held: Sequence[Lock]) -> None:

@@ -110,6 +110,21 @@ def test_a_plain_lock_deleted_while_held_is_noticed_before_publishing(tmp_path):
                 snapshots.check_locks([held])
 
 
+def test_a_plain_builds_staging_is_kept_from_the_next_build_when_its_lock_file_is_deleted(tmp_path):
+    output = str(tmp_path / 'index')
+    path = snapshots.plain_lock_path(output)
+    staging = f'{output}.staging-1-2'
+    with snapshots.lock_file(output, path), snapshots.hold_staging(staging):  # build A fills its staging
+        os.unlink(path)
+        with pytest.raises(ValueError, match=r'another ragsieve build is writing to .* \(it holds index\.staging-1-2\)'):
+            with snapshots.lock_file(output, path):
+                pass  # never reached: clean_staging would delete A's staging
+        assert os.path.isdir(staging)
+    assert snapshots.staging_in_use(output) is None  # A ended: a leftover the next build may delete
+    with snapshots.lock_file(output, path):
+        pass
+
+
 @pytest.mark.parametrize('plain', [False, True])
 def test_a_lock_path_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path, plain):
     victim = tmp_path / 'victim.txt'
