@@ -11,10 +11,13 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
-import apache_beam as beam
+from pipelines import third_party
+
+with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before cli does
+    import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, build_progress, dataflow_job, engine_job, heap, progress, runners
+from pipelines import build_gates, build_progress, cli, dataflow_job, engine_job, heap, progress, runners
 from pipelines.build_manifest import (
     DIFF_FILE,
     Target,
@@ -246,6 +249,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds))
                 for path, root in build_locks(config)]
         target, debris = prepare_target(config)
+        if not config.versioned:  # held while it fills: a build whose lock file was deleted is still seen
+            stack.enter_context(snapshots.hold_staging(target.directory))
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
@@ -253,14 +258,14 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         except BaseException:
             discard(config, target)
             raise
-    print(summary(manifest, config, target))
+    cli.say(summary(manifest, config, target))  # published: printing it cannot change that
     if config.sync:
         from pipelines import sync
 
         # After publishing: a store that cannot be written leaves the index published, and says so (exit 4).
         with progress.View(flags.progress, flags.progress_interval, LOG) as view:
             report = sync.sync_published(config.output, config.sync, manifest['run_id'], view)
-        print(report.line())
+        cli.say(report.line())
     return manifest
 
 
@@ -391,7 +396,8 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       models: What `load_models` loaded.
       view: Where the steps and the workers' counts show.
       files: The files --input lists (the read meter's total).
-      leases: The object-store leases the run holds, checked before it commits or publishes anything.
+      leases: The locks the run holds (an object store's leases, local lock files), checked before it
+        commits or publishes anything.
     """
     handle, model, dim, max_seq_length, ner_meta = models
     quality = None
@@ -421,8 +427,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
-    for lease in leases:
-        lease.check()  # a run that lost its root to another build commits and publishes nothing
+    snapshots.check_locks(leases)  # a run that lost its root to another build commits and publishes nothing
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
@@ -431,8 +436,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     with view.step('check gates, write report'):
         manifest = build_gates.check_and_report(config, target, manifest, model)
     with view.step('publish'):
-        for lease in leases:
-            lease.check()
+        snapshots.check_locks(leases)
         if config.versioned:
             snapshots.write_latest(config.output, target.run_id)
             publish.checkpoint('after_latest')
@@ -462,7 +466,7 @@ def write_manifest(config: BuildConfig, result, target: Target, cache, models: M
     report = change_report(target, manifest)
     LOG.info(changes.summary_line(report))
     storage.write_json(posixpath.join(target.directory, DIFF_FILE), report)
-    manifest[digests.FILES_KEY] = digests.file_digests(target.directory)  # what readers check the run by
+    manifest.update(digests.recorded(target.directory))  # what readers check the run by
     manifest['gates'] = build_gates.verdict(config, manifest, target)
     # Last file of a run: its presence is what makes the run complete.
     storage.write_json(posixpath.join(target.directory, tables.MANIFEST_FILE), manifest)

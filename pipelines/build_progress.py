@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hmac
 import json
 import os
+import secrets
 import socket
 import threading
 from typing import Iterator, Optional, Sequence
@@ -35,10 +37,23 @@ from transforms.output.writers import OUTPUT_TABLES
 LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '[local]')
 
 
-class Listener:
-    """A UDP socket on the loopback that keeps, per sending process, its latest counts; a context manager."""
+# A sender's sequence grows by one a datagram: a jump beyond this is no datagram of its own.
+MAX_SEQUENCE_STEP = 1_000_000
+# Processes a listener keeps counts of: more than any job's workers on one machine.
+MAX_SENDERS = 4096
 
-    def __init__(self, host: str = '127.0.0.1'):
+
+class Listener:
+    """A UDP socket on the loopback that keeps, per sending process, its latest counts; a context manager.
+
+    Only datagrams that carry this job's `token` count (`parse_message`):
+    any other process on the machine can send to the port, and what it
+    sends is ignored, never shown and never able to fail the build.
+    """
+
+    def __init__(self, host: str = '127.0.0.1', token: Optional[str] = None):
+        # A random secret, not an id: it keeps other processes' datagrams out, and nothing depends on its value.
+        self.token = token or secrets.token_hex(16)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind((host, 0))
         self._socket.settimeout(0.2)
@@ -81,41 +96,72 @@ class Listener:
             except socket.timeout:
                 continue
             except OSError:
-                return
-            message = parse_message(data)
-            if message is None:
+                if self._closed.wait(0.05):
+                    return
+                continue  # a transient error of the socket: the listener lives as long as the job
+            try:
+                self.take(data)
+            except Exception:  # noqa: BLE001 - no datagram may stop the listener
                 continue
-            sender, sequence, latest = message
-            with self._lock:
-                if sequence > self._latest.get(sender, (0, None))[0]:  # a datagram overtaken by a later one
-                    self._latest[sender] = (sequence, latest)
+
+    def take(self, data: bytes) -> bool:
+        """Keeps the counts of one datagram if it is a message of this job's workers; returns whether it was."""
+        message = parse_message(data, self.token)
+        if message is None:
+            return False
+        sender, sequence, latest = message
+        with self._lock:
+            last = self._latest.get(sender, (0, None))[0]
+            if sender not in self._latest and len(self._latest) >= MAX_SENDERS:
+                return False
+            # An older datagram, overtaken by a later one; or a jump no sender makes.
+            if not last < sequence <= last + MAX_SEQUENCE_STEP:
+                return False
+            self._latest[sender] = (sequence, latest)
+        return True
 
 
-def parse_message(data: bytes) -> Optional[tuple[str, int, dict]]:
-    """`(sender, sequence, counts)` of a datagram `transforms.progress` sent; None for anything else."""
+def parse_message(data: bytes, token: str) -> Optional[tuple[str, int, dict]]:
+    """`(sender, sequence, counts)` of a datagram `transforms.progress` sent with `token`; None for anything else.
+
+    Anything that does not parse, or parses to other types, sizes or
+    values than the workers send (a bool, a negative or huge count, JSON
+    nested too deep to read), is not a message.
+    """
+    if not isinstance(data, bytes) or len(data) > 65536:
+        return None
     try:
         message = json.loads(data.decode('utf-8'))
-        sender, sequence, latest = message['sender'], message['sequence'], message['counts']
-    except (ValueError, TypeError, KeyError):
+    except Exception:  # noqa: BLE001 - RecursionError, ValueError, MemoryError...: not a message
         return None
-    if not (isinstance(sender, str) and isinstance(sequence, int) and isinstance(latest, dict)
-            and all(isinstance(k, str) and isinstance(v, int) for k, v in latest.items())):
+    if not isinstance(message, dict) or not isinstance(message.get('token'), str):
+        return None
+    if not hmac.compare_digest(message['token'].encode('utf-8', 'replace'), token.encode('utf-8')):
+        return None
+    sender, sequence, latest = message.get('sender'), message.get('sequence'), message.get('counts')
+    if not (isinstance(sender, str) and 0 < len(sender) <= counts.MAX_NAME and type(sequence) is int
+            and 0 < sequence < 2 ** 63 and isinstance(latest, dict) and len(latest) <= counts.MAX_KEYS):
+        return None
+    if not all(isinstance(k, str) and len(k) <= counts.MAX_NAME and type(v) is int and 0 <= v < counts.MAX_COUNT
+               for k, v in latest.items()):
         return None
     return sender, sequence, latest
 
 
 @contextlib.contextmanager
-def reporting(address: str) -> Iterator[None]:
-    """Sets the workers' `transforms.progress.ENV` to `address` in this process's environment, for the block."""
-    before = os.environ.get(counts.ENV)
-    os.environ[counts.ENV] = address
+def reporting(address: str, token: str = '') -> Iterator[None]:
+    """Sets the workers' `transforms.progress.ENV` and `TOKEN_ENV` in this process's environment, for the block."""
+    values = {counts.ENV: address, counts.TOKEN_ENV: token}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(counts.ENV, None)
-        else:
-            os.environ[counts.ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -130,12 +176,18 @@ def live_counts(options: PipelineOptions, view: View, meters: Sequence[Meter]) -
     reached = workers_reach_launcher(options)
     for note in engine_notes(options, reached):
         view.note(note)
-    if not (view.enabled and reached):
+    listener = None
+    if view.enabled and reached:
+        try:
+            listener = Listener()
+        except OSError as e:  # no loopback to bind: the counts come when the job ends, the build goes on
+            view.note(f'no live counts: cannot listen on 127.0.0.1 ({e})')
+    if listener is None:
         view.show(meters)
         yield
         return
-    with Listener() as listener, reporting(listener.address):
-        runners.with_worker_env(options, {counts.ENV: listener.address})
+    with listener, reporting(listener.address, listener.token):
+        runners.with_worker_env(options, {counts.ENV: listener.address, counts.TOKEN_ENV: listener.token})
         view.show(meters, [listener.counts])
         yield
 

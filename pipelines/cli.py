@@ -13,9 +13,9 @@ import logging
 import os
 import re
 import sys
-from typing import Optional
+from typing import Iterator, Optional
 
-from pipelines import heap
+from pipelines import heap, third_party
 from transforms.output.gates import REFUSED_EXIT_STATUS
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
@@ -27,6 +27,8 @@ USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAN
 
 # Exit statuses; `EXIT_CODES` says what each means and what to do next.
 OK, UNEXPECTED, FAILED, INTERRUPTED = 0, 1, 2, 130
+# SIGTERM (a scheduler's timeout, `kill`): 128 + its number, as a shell reports a process it ended.
+TERMINATED = 143
 # `ragsieve sync`: the store differs from the run (--verify), or a batch failed after its retries.
 DRIFT, SYNC_FAILED = 3, 4
 # `ragsieve build`: a complete run that its publish gates kept from being published (`gates.Refused`).
@@ -69,9 +71,15 @@ EXIT_CODES = {
                  'its job service lost. Nothing was published; the index published before is left as it was.',
                  'Read the engine\'s logs for that job, fix the cluster, and run the build again: the next build '
                  'deletes what this one left.'),
-    INTERRUPTED: ('Interrupted (Ctrl-C). Nothing was published.',
+    INTERRUPTED: ('Interrupted (Ctrl-C, SIGINT), one line `ragsieve COMMAND: interrupted`. A build stopped before '
+                  'it published leaves the index published before as it was.',
                   'Run again: the next build deletes what this one left.'),
+    TERMINATED: ('Stopped by SIGTERM (`kill`, a scheduler\'s timeout), one line `ragsieve COMMAND: terminated`; '
+                 'as for Ctrl-C, a build stopped before it published leaves the index published before as it was.',
+                 'Run again: the next build deletes what this one left.'),
 }
+# The signals a command ends on cleanly (its locks released, the terminal restored), and the status of each.
+STOP_SIGNALS = {'SIGINT': (INTERRUPTED, 'interrupted'), 'SIGTERM': (TERMINATED, 'terminated')}
 # Set to 1 to see the traceback of a one-line error (and Beam's logs of it) too.
 TRACEBACK_ENV = 'RAGSIEVE_TRACEBACK'
 
@@ -107,7 +115,7 @@ def dispatch(argv: list[str]) -> int:
     if command not in COMMANDS:
         print(f'ragsieve: unknown command {command!r}\n{USAGE}', file=sys.stderr)
         return 2
-    with heap.loading():  # Beam's import, for most commands
+    with heap.loading(), third_party.quiet_imports():  # Beam's import, for most commands
         run = importlib.import_module(COMMANDS[command]).run
     try:
         return run_and_report(command, run, rest)
@@ -121,6 +129,29 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         # argparse says "argument --chunk_size: invalid int value: 'abc'".
         raise ValueError(re.sub(r'^argument (\S+): ', r'\1: ', message))
+
+
+def say(line: str) -> None:
+    """Prints a command's result line on stdout, after its work is done; a stdout gone loses the line, not the outcome.
+
+    A stdout piped to a logger that died (`BrokenPipeError`) or closed
+    must not turn a published build or a finished sync into a failure:
+    the line is dropped and stdout pointed at the null device, so the
+    interpreter's last flush at exit fails no more.
+    """
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):  # ValueError: stdout closed in this process
+        _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())  # what the buffer still holds goes nowhere at exit
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = open(os.devnull, 'w', encoding='utf-8')  # noqa: SIM115 - lives as long as the process
 
 
 def exit_codes_table() -> str:
@@ -268,18 +299,53 @@ def remote_error_line(text: str) -> Optional[str]:
 
 
 class _DropReportedErrors(logging.Filter):
-    """Drops Beam's log of a step's error that will be reported in one line anyway."""
+    """Drops Beam's log of a step's error that will be reported in one line anyway (a signal's too)."""
+
+    def __init__(self, stopped: Optional[list] = None):
+        super().__init__()
+        self.stopped = stopped if stopped is not None else []
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
+        if error is not None and (self.stopped or isinstance(error, KeyboardInterrupt)):
+            return False
         return error is None or reported_error(error) is None
 
 
 @contextlib.contextmanager
-def quiet_beam_errors():
+def stop_signals() -> Iterator[list]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread while the block runs; yields the names received.
+
+    Beam wraps an interrupt raised inside a step (`RuntimeError:
+    KeyboardInterrupt [while running ...]`), so the signal is remembered
+    here rather than read from the error. Raising unwinds the command's
+    context managers: its locks, its temporary files, the terminal's cursor.
+    """
+    import signal
+    import threading
+
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def stop(number, frame):
+        received.append(signal.Signals(number).name)
+        raise KeyboardInterrupt(received[-1])
+
+    before = {name: signal.signal(getattr(signal, name), stop) for name in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for name, handler in before.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+@contextlib.contextmanager
+def quiet_beam_errors(stopped: Optional[list] = None):
     """Keeps Beam from logging the traceback of an error `run_and_report` reports in one line."""
     logger = logging.getLogger(BEAM_STEP_LOGGER)
-    drop = _DropReportedErrors()
+    drop = _DropReportedErrors(stopped)
     logger.addFilter(drop)
     try:
         yield
@@ -291,7 +357,9 @@ def run_and_report(command: str, run, argv) -> int:
     """Calls `run(argv)` and returns the exit status; a failure is one line on stderr.
 
     A reported error (`reported_error`) is `ragsieve COMMAND: error: ...`
-    and exit 2, an error with an `exit_code` one line and that status, Ctrl-C exit 130; anything else is a bug and propagates with
+    and exit 2, an error with an `exit_code` one line and that status;
+    SIGINT (Ctrl-C) is exit 130 and SIGTERM 143, one line each, however
+    Beam wrapped them (`stop_signals`); anything else is a bug and propagates with
     its traceback (exit 1). With RAGSIEVE_TRACEBACK=1 the traceback of a
     reported error is printed before its line.
 
@@ -300,33 +368,44 @@ def run_and_report(command: str, run, argv) -> int:
     its options class registered twice (conflicting flags).
     """
     show_traceback = os.environ.get(TRACEBACK_ENV) == '1'
+    received: list[str] = []
     try:
         with contextlib.ExitStack() as stack:
+            received = stack.enter_context(stop_signals())
             if not show_traceback:
-                stack.enter_context(quiet_beam_errors())
+                stack.enter_context(quiet_beam_errors(received))
             run(argv)
-    except KeyboardInterrupt:
-        print(f'ragsieve {command}: interrupted', file=sys.stderr)
-        return INTERRUPTED
-    except Exception as e:
-        code = getattr(e, 'exit_code', None)  # an error that carries its own status (sync's drift)
-        if code is not None:
-            print(f'ragsieve {command}: {e}', file=sys.stderr)
-            return code
-        line = reported_error(e)
-        if line is None:
-            failed = failed_job_line(e)
-            if failed is None:
-                raise
-            print(f'ragsieve {command}: error: {failed}', file=sys.stderr)
-            return JOB_FAILED
-        if show_traceback:
-            import traceback
-
-            traceback.print_exc()
-        print(f'ragsieve {command}: error: {line}', file=sys.stderr)
-        return FAILED
+    except BaseException as e:
+        if received or isinstance(e, KeyboardInterrupt):
+            # However Beam wrapped it: the signal decides the status, in one line.
+            status, word = STOP_SIGNALS[received[0] if received else 'SIGINT']
+            print(f'ragsieve {command}: {word}', file=sys.stderr)
+            return status
+        if not isinstance(e, Exception):
+            raise
+        return _failure(command, e, show_traceback)
     return OK
+
+
+def _failure(command: str, e: Exception, show_traceback: bool) -> int:
+    """The status of a failed command, its one line printed; re-raises a bug."""
+    code = getattr(e, 'exit_code', None)  # an error that carries its own status (sync's drift)
+    if code is not None:
+        print(f'ragsieve {command}: {e}', file=sys.stderr)
+        return code
+    line = reported_error(e)
+    if line is None:
+        failed = failed_job_line(e)
+        if failed is None:
+            raise
+        print(f'ragsieve {command}: error: {failed}', file=sys.stderr)
+        return JOB_FAILED
+    if show_traceback:
+        import traceback
+
+        traceback.print_exc()
+    print(f'ragsieve {command}: error: {line}', file=sys.stderr)
+    return FAILED
 
 
 if __name__ == '__main__':

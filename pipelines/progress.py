@@ -115,15 +115,21 @@ class Rate:
         return self._samples[-1][1] if self._samples else None
 
     def per_second(self) -> Optional[float]:
-        """Units per second, or None before the count moved."""
+        """Units per second, or None before the count moved (or when it cannot be told: never an error)."""
         if len(self._samples) < 2:
             return None
         (t0, v0), (t1, v1) = self._samples[0], self._samples[-1]
-        return (v1 - v0) / (t1 - t0) if t1 > t0 and v1 > v0 else None
+        try:
+            rate = (v1 - v0) / (t1 - t0) if t1 > t0 and v1 > v0 else None
+        except (ArithmeticError, TypeError):  # a count too large for a float: no rate, never a failed build
+            return None
+        return rate if rate is None or math.isfinite(rate) else None
 
 
 def duration(seconds: float) -> str:
-    """`42s`, `3m04s`, `1h02m`."""
+    """`42s`, `3m04s`, `1h02m`; `?` for what is no time (infinite, not a number)."""
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return '?'
     s = max(0, round(seconds))
     if s < 60:
         return f'{s}s'
@@ -152,7 +158,10 @@ def meter_text(meter: Meter, counts: Counts, rate: Optional[float] = None) -> st
         if meter.rate and rate:
             parts.append(f'{rate:,.1f}{unit}/s')
             if total is not None and total > done:
-                parts.append(f'ETA {duration((total - done) / rate)}')
+                try:
+                    parts.append(f'ETA {duration((total - done) / rate)}')
+                except ArithmeticError:  # counts too large for a float: no ETA
+                    pass
     if meter.note is not None:
         note = meter.note(counts)
         if note:
@@ -237,9 +246,11 @@ class View:
         self._thread.join()
         self._thread = None
         if self._bar is not None:
-            self._draw()
-            self._bar.close()
-            self._bar = None
+            bar, self._bar = self._bar, None
+            try:
+                self._safely(self._draw_on, bar)
+            finally:
+                bar.close()  # the cursor shown again, whatever happened
 
     # --- what the job says ---
 
@@ -283,17 +294,27 @@ class View:
             self._local[key] += n
 
     def finish(self, counts: Optional[Counts] = None) -> None:
-        """Ends the meters: with `counts` (the job's exact ones), shown instead of the live ones; logs a last line."""
+        """Ends the meters: with `counts` (the job's exact ones), shown instead of the live ones; logs a last line.
+
+        Never raises: what a view shows cannot change how a job ends.
+        """
         with self._lock:
             if counts is not None:
                 self._final = dict(counts)
             if not self._meters:
                 return
             if self._bar is not None:
-                self._draw(finished=True)
+                self._safely(self._draw, True)
             elif self.mode == LOG:
-                self._logger.info('%s', self.line().replace('progress ', 'done in ', 1))
+                self._safely(lambda: self._logger.info('%s', self.line().replace('progress ', 'done in ', 1)))
             self._meters = []
+
+    def _safely(self, call, *args) -> None:
+        """Calls `call`; an error of the view is logged at DEBUG, never raised into the job."""
+        try:
+            call(*args)
+        except Exception:  # noqa: BLE001 - progress never fails a job
+            self._logger.debug('progress view error', exc_info=True)
 
     def note(self, text: str) -> None:
         """A line said once (an engine's web UI): above the bar, or logged."""
@@ -323,8 +344,14 @@ class View:
                             (step.name, time.monotonic() - step.started) if step else None)
 
     def _texts(self, counts: Counts) -> list[tuple[str, str]]:
-        return [(m.label, meter_text(m, counts, self._rates[m.key].per_second() if m.key in self._rates else None))
-                for m in self._meters]
+        texts = []
+        for m in self._meters:
+            try:
+                text = meter_text(m, counts, self._rates[m.key].per_second() if m.key in self._rates else None)
+            except Exception:  # noqa: BLE001 - a meter that cannot be shown is blank, the job goes on
+                text = ''
+            texts.append((m.label, text))
+        return texts
 
     def _sample(self) -> None:
         with self._lock:
@@ -335,20 +362,27 @@ class View:
                     rate.add(now, done)
 
     def _draw(self, finished: bool = False) -> None:
+        self._draw_on(self._bar, finished)
+
+    def _draw_on(self, bar: '_Bar', finished: bool = False) -> None:
         with self._lock:
             counts = self.counts()
-            self._bar.update(self._meters, counts, self._texts(counts), self._step, finished)
+            bar.update(self._meters, counts, self._texts(counts), self._step, finished)
 
     def _run(self) -> None:
         next_line = time.monotonic() + self._interval
         while not self._stop.wait(TICK_SECONDS):
-            self._sample()
-            if self._bar is not None:
-                self._draw()
-            elif time.monotonic() >= next_line:
+            self._safely(self._tick, next_line)
+            if time.monotonic() >= next_line:
                 next_line = time.monotonic() + self._interval
-                if self._meters or self._step is not None:
-                    self._logger.info('%s', self.line())
+
+    def _tick(self, next_line: float) -> None:
+        self._sample()
+        bar = self._bar
+        if bar is not None:
+            self._draw_on(bar)
+        elif time.monotonic() >= next_line and (self._meters or self._step is not None):
+            self._logger.info('%s', self.line())
 
 
 def duration_precise(seconds: float) -> str:
@@ -405,9 +439,9 @@ class _Bar:
 
     def update(self, meters: Sequence[Meter], counts: Counts, texts, step: Optional[Step], finished: bool) -> None:
         for meter, (_, text) in zip(meters, texts):
-            done = counts.get(meter.key, 0) if meter.key else 0
+            done = _drawable(counts.get(meter.key, 0) if meter.key else 0) or 0
             # None keeps a total unknown: 0 would tick a row before its work started.
-            total = (meter.total_of(counts) or None) if meter.key else None
+            total = (_drawable(meter.total_of(counts)) or None) if meter.key else None
             if finished:  # every row ticked, full: the job's counts are final
                 total = done = (total or done or 1)
             self._progress.update(self._meters[meter.label], total=total, completed=done, text=text)
@@ -422,6 +456,11 @@ class _Bar:
         self._progress.stop()
         for handler, stream in self._handlers:
             handler.setStream(stream)
+
+
+def _drawable(n) -> Optional[int]:
+    """`n` if rich can draw it as a bar's count (a whole number a float holds), else None."""
+    return n if type(n) is int and 0 <= n < 2 ** 53 else None
 
 
 def _log_to(stream, streams) -> list[tuple[logging.StreamHandler, object]]:

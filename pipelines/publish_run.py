@@ -16,9 +16,9 @@ import sys
 from typing import Optional, Sequence
 
 
-from pipelines import build_gates
+from pipelines import build_gates, cli
 from transforms import storage
-from transforms.output import publish, snapshots, tables
+from transforms.output import digests, publish, snapshots, tables
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,15 +45,18 @@ def publish_versioned(root: str, run_id: str) -> str:
     """Points LATEST of `root` at the complete run `run_id`; returns what was done.
 
     Raises:
-      ValueError: If the run id is invalid or names no complete run, or a build holds the root.
+      ValueError: If the run id is invalid or names no complete run, its files
+        are not those its build wrote (`digests.check_files`), or a build holds the root.
     """
     directory = snapshots.run_dir(root, snapshots.check_run_id(run_id, '--run'))
-    with snapshots.lock(root):
+    with snapshots.lock(root) as held:
         if not storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
             complete, _ = snapshots.list_runs(root)
             raise ValueError(f'{directory} is not a complete run (complete runs: {", ".join(complete) or "none"})')
         manifest = build_gates.read_manifest(directory)
+        digests.check_files(directory, manifest)  # the files its build wrote, not ones edited since
         before = snapshots.read_latest(root)
+        snapshots.check_locks([held])
         snapshots.write_latest(root, run_id)
     return f'LATEST names {run_id} (was {before or "nothing"}); {verdict_line(manifest)}'
 
@@ -65,13 +68,15 @@ def publish_plain(output: str, run_id: Optional[str]) -> str:
       ValueError: If there is no refused build, or it is another run than `run_id`.
     """
     held = build_gates.refused_path(output)
-    with snapshots.lock_file(output, snapshots.plain_lock_path(output)):
+    with snapshots.lock_file(output, snapshots.plain_lock_path(output)) as lock:
         if not storage.exists(posixpath.join(held, tables.MANIFEST_FILE)):
             raise ValueError(f'{held} holds no refused build to publish')
         manifest = build_gates.read_manifest(held)
         if run_id is not None and manifest.get('run_id') != run_id:
             raise ValueError(f'{held} holds run {manifest.get("run_id")!r}, not {run_id!r}')
+        digests.check_files(held, manifest)
         publish.check_replaceable(output)
+        snapshots.check_locks([lock])
         publish.publish(held, output)
     return f'{output} now holds run {manifest.get("run_id")}; {verdict_line(manifest)}'
 
@@ -90,7 +95,7 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
         line = publish_versioned(output, args.run)
     else:
         line = publish_plain(output, args.run)
-    print(f'ragsieve publish: {line}')
+    cli.say(f'ragsieve publish: {line}')  # published: printing it cannot change that
     return line
 
 

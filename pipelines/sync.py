@@ -15,6 +15,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from pipelines import cli
 from pipelines import progress as progress_view
 from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
@@ -156,9 +157,9 @@ def run(argv: Optional[Sequence[str]] = None) -> Report:
         report = sync(args.index, args.to, args.verify, args.batch_rows, view, deep=args.deep, wait=args.wait)
     if args.verify:
         rejected = f' ({len(report.rejected)} more it cannot hold)' if report.rejected else ''
-        print(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
+        cli.say(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
     else:
-        print(report.line())
+        cli.say(report.line())  # synced: printing it cannot change that
     return report
 
 

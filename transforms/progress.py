@@ -3,8 +3,10 @@
 Beam's counters reach the launcher only when a bundle ends, and the
 embedding stage of a build is one long bundle; so the stages that count
 their work for the manifest also call `count`, which, when the launcher
-set `ENV` (`HOST:PORT`), sends this process's cumulative counts to it. A
-lost datagram costs nothing: the next one carries the same counts, and
+set `ENV` (`HOST:PORT`), sends this process's cumulative counts to it,
+with the job's token (`TOKEN_ENV`): the listener counts only datagrams that
+carry it, so no other process on the machine can add to a build's counts.
+A lost datagram costs nothing: the next one carries the same counts, and
 more. Without `ENV` a call costs one environment lookup.
 """
 
@@ -21,6 +23,13 @@ from typing import Optional
 
 # `HOST:PORT` of the launcher's listener (pipelines/build_progress.py); unset: nothing is sent.
 ENV = 'RAGSIEVE_PROGRESS'
+# The job's secret that every datagram carries, set beside `ENV` by the launcher.
+TOKEN_ENV = 'RAGSIEVE_PROGRESS_TOKEN'
+# What a listener accepts: counts are whole numbers below MAX_COUNT, at most
+# MAX_KEYS of them, keys and senders at most MAX_NAME characters; anything else is not a message.
+MAX_COUNT = 10 ** 15
+MAX_KEYS = 256
+MAX_NAME = 200
 # At most this often a process sends: what a person reads needs no more.
 SEND_SECONDS = 0.5
 # What the stages count, each named as the Beam counter that counts the same (`namespace.name`), so
@@ -51,8 +60,8 @@ def parse_address(address: str) -> tuple[str, int]:
 class _Sender:
     """This process's counts for one listener, and the socket they are sent through."""
 
-    def __init__(self, address: str):
-        self.address = address
+    def __init__(self, address: str, token: str):
+        self.address, self.token = address, token
         self.target = parse_address(address)
         self.sender = f'{socket.gethostname()}:{os.getpid()}'
         self.counts: collections.Counter = collections.Counter()
@@ -62,7 +71,8 @@ class _Sender:
 
     def send(self, now: float) -> None:
         self.sent = now
-        message = {'sender': self.sender, 'sequence': next(self.sequence), 'counts': dict(self.counts)}
+        message = {'sender': self.sender, 'sequence': next(self.sequence), 'counts': dict(self.counts),
+                   'token': self.token}
         try:
             self.socket.sendto(json.dumps(message).encode('utf-8'), self.target)
         except OSError:  # a listener gone or unreachable: progress is never worth failing a build for
@@ -74,11 +84,12 @@ _sender: Optional[_Sender] = None
 
 
 def _sender_for(address: str) -> Optional[_Sender]:
-    """The sender for `address`, made anew when it changes (a new build in this process)."""
+    """The sender for `address` and the job's token, made anew when either changes (a new build in this process)."""
     global _sender
-    if _sender is None or _sender.address != address:
+    token = os.environ.get(TOKEN_ENV, '')
+    if _sender is None or _sender.address != address or _sender.token != token:
         try:
-            _sender = _Sender(address)
+            _sender = _Sender(address, token)
         except (ValueError, OSError):
             return None
     return _sender

@@ -213,7 +213,7 @@ def test_every_exit_status_is_documented_in_the_readme_and_docs():
     from pipelines import reference
 
     assert set(cli.EXIT_CODES) == {cli.OK, cli.UNEXPECTED, cli.FAILED, cli.DRIFT, cli.SYNC_FAILED, cli.REFUSED,
-                                   cli.JOB_FAILED, cli.INTERRUPTED}
+                                   cli.JOB_FAILED, cli.INTERRUPTED, cli.TERMINATED}
     table = cli.exit_codes_table()
     for page in ('README.md', 'docs/cli.md'):
         with open(f'{reference.DOCS}/../{page}', encoding='utf-8') as f:
@@ -229,3 +229,42 @@ def test_a_refused_publish_exits_with_its_own_status(capsys):
     assert cli.run_and_report('build', refuse, []) == REFUSED_EXIT_STATUS == 5
     assert 'ragsieve build: refused to publish:\n  gate kept_drop failed' in capsys.readouterr().err
     assert {'publish', 'report'} <= set(cli.COMMANDS)
+
+
+def interrupt_self(element):
+    """A step that gets the signal its process is sent, as a user's Ctrl-C reaches one."""
+    import os
+    import signal
+    import time
+
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)  # the handler raises here
+    return element
+
+
+def test_ctrl_c_inside_a_beam_step_is_exit_130_in_one_line(capsys, caplog):
+    import apache_beam as beam
+
+    def run(argv):
+        with beam.Pipeline(runner='DirectRunner') as p:
+            _ = p | beam.Create([1]) | 'Interrupted' >> beam.Map(interrupt_self)
+
+    assert cli.run_and_report('build', run, []) == cli.INTERRUPTED  # Beam raised RuntimeError: KeyboardInterrupt
+    assert capsys.readouterr().err == 'ragsieve build: interrupted\n'
+    assert 'Traceback' not in caplog.text
+
+
+@pytest.mark.parametrize('name,status,word', [('SIGINT', 130, 'interrupted'), ('SIGTERM', 143, 'terminated')])
+def test_a_stop_signal_is_its_documented_status_and_the_handlers_are_restored(capsys, name, status, word):
+    import os
+    import signal
+
+    before = signal.getsignal(getattr(signal, name))
+
+    def run(argv):
+        os.kill(os.getpid(), getattr(signal, name))
+        raise AssertionError('not reached: the handler raises first')
+
+    assert cli.run_and_report('sync', run, []) == status
+    assert capsys.readouterr().err == f'ragsieve sync: {word}\n'
+    assert signal.getsignal(getattr(signal, name)) is before

@@ -114,3 +114,27 @@ def test_bar_mode_draws_the_steps_and_meters_and_prints_log_lines_above_them():
     assert re.search(r'✓ load embedding model +all-MiniLM-L6-v2, 0\.\d s', screen)
     assert {int(n) for n in re.findall(r'embed .*?(\d+)/10 chunks', screen)} >= {2, 4, 10}
     assert 'a line above the bar' in screen
+
+
+def test_a_rate_and_an_eta_of_any_counts_never_raise():
+    rate = progress.Rate()
+    rate.add(0.0, 0)
+    rate.add(1.0, 10 ** 400)  # a float cannot hold it
+    assert rate.per_second() is None
+    assert progress.duration(float('inf')) == '?' and progress.duration(float('nan')) == '?'
+    meter = Meter('embed', 'e', 'chunks', total=10 ** 400, rate=True)
+    assert progress.meter_text(meter, {'e': 1}, 1e-300).startswith('1/')
+
+
+@pytest.mark.parametrize('mode', ['log', 'bar'])
+def test_a_view_shown_absurd_counts_finishes_without_an_error(mode):
+    terminal = Terminal()
+    with progress.View(mode, 0.1, stream=terminal) as view:
+        view.show([Meter('embed', 'e', 'chunks', total=lambda c: c.get('t'), rate=True,
+                         note=lambda c: 1 / 0)])  # a note that fails
+        for value in (0, 10 ** 400, -5, 10 ** 12):
+            view.add('e', value)
+            time.sleep(0.3)
+        view.finish({'e': 10 ** 400, 't': 1})
+    if mode == 'bar':
+        assert '\x1b[?25h' in terminal.getvalue()  # the cursor shown again

@@ -90,3 +90,9 @@ def test_parse_address():
 def test_each_key_is_the_beam_counter_of_the_same_count():
     assert progress.filter_key('filter_0_exact', progress.DROPPED) == 'filter_0_exact.dropped'
     assert progress.EMBEDDED == 'embed.chunks' and progress.CHUNKS == 'chunk.chunks'
+
+
+def test_each_datagram_carries_the_jobs_token(receiver, monkeypatch):
+    monkeypatch.setenv(progress.TOKEN_ENV, 'job-secret')
+    progress.count(progress.CHUNKS, 2)
+    assert [m['token'] for m in received(receiver)] == ['job-secret']

@@ -13,9 +13,9 @@ first three columns only, so such a file stays a BEIR file.
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -28,6 +28,12 @@ QRELS_HEADER = ('query-id', 'corpus-id', 'score')
 GROUP_COLUMN = 'group'
 # BEIR's separator of title and text (its SentenceBERT model, its BM25 fields).
 TITLE_SEPARATOR = ' '
+# A relevance grade beyond this is no grade (TREC's run 0-4): its row is rejected, never scored.
+MAX_SCORE = 1_000_000
+# Characters of an id shown in a rejected row's reason.
+SHOWN_ID_CHARS = 80
+# A score as BEIR's files write it: ASCII digits, a sign at most (not `1_0`, `1.0` or `١`).
+_SCORE = re.compile(r'[+-]?[0-9]+')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +88,16 @@ def _json_lines(path: Path, fields: tuple[str, ...]) -> Iterable[tuple[str, dict
                 line = raw.decode('utf-8')
             except UnicodeDecodeError as e:
                 raise ValueError(f'{where}: not UTF-8 ({e.reason} at byte {e.start})') from None
+            if number == 1:
+                line = line.removeprefix('\ufeff')  # a BOM some editors write
             if not line.strip():
                 continue
             try:
                 item = json.loads(line)
             except ValueError as e:
                 raise ValueError(f'{where}: not JSON ({e})') from None
+            except RecursionError:
+                raise ValueError(f'{where}: not JSON (nested too deeply to read)') from None
             if not isinstance(item, dict):
                 raise ValueError(f'{where}: not a JSON object')
             for field in fields:
@@ -100,8 +110,22 @@ def _json_lines(path: Path, fields: tuple[str, ...]) -> Iterable[tuple[str, dict
             yield where, item
 
 
-def read_qrels(path: Path) -> Iterable[tuple[str, str, str, int, Optional[str]]]:
+def shown(text: str) -> str:
+    """An id as a reason shows it: quoted, and cut to `SHOWN_ID_CHARS` (a field may be megabytes)."""
+    return repr(text) if len(text) <= SHOWN_ID_CHARS else repr(text[:SHOWN_ID_CHARS]) + f'... ({len(text):,} characters)'
+
+
+def read_qrels(path: Path, rejected: Optional[list] = None) -> Iterable[tuple[str, str, str, int, Optional[str]]]:
     """`(file:line, query id, corpus id, score, group or None)` per row of a qrels file.
+
+    A row is one line, split at tabs: no quoting, so a `"` in a field is a
+    character of it and never joins lines; no field is too long to read.
+    A BOM before the header is skipped.
+
+    Args:
+      path: The qrels file.
+      rejected: Where a row whose score is out of range (`MAX_SCORE`) goes
+        as `(file:line, reason)`; without it such a row is an error.
 
     Raises:
       ValueError: naming file and line, for a missing file, a header that
@@ -110,9 +134,12 @@ def read_qrels(path: Path) -> Iterable[tuple[str, str, str, int, Optional[str]]]
     if not path.is_file():
         raise ValueError(f'{path} not found (a BEIR folder holds {QRELS_DIR}/SPLIT.tsv)')
     try:
-        rows = list(csv.reader(path.open(encoding='utf-8', newline=''), delimiter='\t'))
+        text = path.read_bytes().decode('utf-8-sig')
     except UnicodeDecodeError as e:
         raise ValueError(f'{path}: not UTF-8 ({e.reason} at byte {e.start})') from None
+    rows = [line.removesuffix('\r').split('\t') for line in text.split('\n')]
+    if text.endswith('\n'):
+        rows.pop()
     if not rows or tuple(c.strip() for c in rows[0][:3]) != QRELS_HEADER:
         raise ValueError(f'{path}:1: the header must start with {chr(9).join(QRELS_HEADER)}')
     grouped = len(rows[0]) > 3 and rows[0][3].strip() == GROUP_COLUMN
@@ -121,11 +148,17 @@ def read_qrels(path: Path) -> Iterable[tuple[str, str, str, int, Optional[str]]]
         if not any(c.strip() for c in row):
             continue
         if len(row) < 3 or not row[0] or not row[1]:
-            raise ValueError(f'{where}: a row is query-id, corpus-id, score; got {row!r}')
-        try:
-            score = int(row[2])
-        except ValueError:
-            raise ValueError(f'{where}: score {row[2]!r} is not an integer') from None
+            raise ValueError(f'{where}: a row is query-id, corpus-id, score; got {shown(chr(9).join(row))}')
+        cell = row[2].strip()
+        if not _SCORE.fullmatch(cell):
+            raise ValueError(f'{where}: score {shown(row[2])} is not an integer')
+        score = int(cell) if len(cell) <= len(str(MAX_SCORE)) + 1 else None  # no int of 4,300 digits
+        if score is None or abs(score) > MAX_SCORE:
+            reason = f'score {shown(cell)} is out of range (a grade of -{MAX_SCORE:,} to {MAX_SCORE:,})'
+            if rejected is None:
+                raise ValueError(f'{where}: {reason}')
+            rejected.append((where, reason))
+            continue
         group = row[3] if grouped and len(row) > 3 and row[3] else None
         yield where, row[0], row[1], score, group
 
@@ -155,11 +188,11 @@ def read_beir(folder: str | Path, split: str = 'test') -> IRDataset:
     rejected = []
     relevant: dict[str, dict[str, int]] = collections.defaultdict(dict)
     groups: dict[str, dict[str, set]] = collections.defaultdict(lambda: collections.defaultdict(set))
-    for where, query_id, corpus_id, score, group in read_qrels(root / QRELS_DIR / f'{split}.tsv'):
+    for where, query_id, corpus_id, score, group in read_qrels(root / QRELS_DIR / f'{split}.tsv', rejected):
         if query_id not in texts:
-            rejected.append((where, f'query {query_id!r} is not in {QUERIES}'))
+            rejected.append((where, f'query {shown(query_id)} is not in {QUERIES}'))
         elif corpus_id not in known:
-            rejected.append((where, f'passage {corpus_id!r} is not in {CORPUS}'))
+            rejected.append((where, f'passage {shown(corpus_id)} is not in {CORPUS}'))
         elif score > 0:
             relevant[query_id][corpus_id] = score
             if group is not None:
@@ -169,7 +202,7 @@ def read_beir(folder: str | Path, split: str = 'test') -> IRDataset:
         if query_id not in relevant:
             continue
         if not text.strip():
-            rejected.append((f'{root / QUERIES}', f'query {query_id!r} has no text'))
+            rejected.append((f'{root / QUERIES}', f'query {shown(query_id)} has no text'))
             continue
         queries.append(Query(query_id, text, dict(relevant[query_id]),
                              tuple(frozenset(g) for _, g in sorted(groups[query_id].items()))))
@@ -199,7 +232,9 @@ def write_beir(folder: str | Path, corpus: Iterable[tuple[str, str, str]], queri
     rows = list(qrels)
     grouped = any(r[3] is not None for r in rows)
     with (root / QRELS_DIR / f'{split}.tsv').open('w', encoding='utf-8', newline='') as f:
-        writer = csv.writer(f, delimiter='\t', lineterminator='\n')
-        writer.writerow(QRELS_HEADER + ((GROUP_COLUMN,) if grouped else ()))
+        f.write('\t'.join(QRELS_HEADER + ((GROUP_COLUMN,) if grouped else ())) + '\n')
         for query_id, corpus_id, score, group in rows:
-            writer.writerow((query_id, corpus_id, score) + ((group or '',) if grouped else ()))
+            cells = (query_id, corpus_id, str(score)) + ((group or '',) if grouped else ())
+            if any(c != c.translate({9: None, 10: None, 13: None}) for c in cells):
+                raise ValueError(f'qrels row {cells!r}: a tab or line break cannot be written in a qrels field')
+            f.write('\t'.join(cells) + '\n')

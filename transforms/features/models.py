@@ -72,7 +72,12 @@ def load_embedding_model(name_or_path: str, device: str = 'cpu', kernel_mode: Op
     os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
     from sentence_transformers import SentenceTransformer
 
+    from transformers.utils import logging as transformers_logging
+
     path = resolve_model_path(name_or_path)
+    shown = transformers_logging.is_progress_bar_enabled()
+    # Its `Loading weights 0/103` bar says nothing a user acts on; the job's own view times the load.
+    transformers_logging.disable_progress_bar()
     try:
         model = SentenceTransformer(path, device=device)
     except OSError as e:
@@ -80,6 +85,9 @@ def load_embedding_model(name_or_path: str, device: str = 'cpu', kernel_mode: Op
             f'cannot load embedding model {name_or_path!r} offline: pass a local path '
             f'or an installed model ({e})'
         ) from e
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
     if kernel_mode is not None:
         kernels.check(kernel_mode, device)
     return model

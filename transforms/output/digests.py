@@ -26,6 +26,12 @@ DIGESTED_DIRS = (tables.CHUNKS_DIR, tables.DROPPED_DIR, tables.REJECTED_DIR, tab
                  tables.INDEX_DIR, tables.BM25_DIR)
 # The manifest's key: `{relative path: {'bytes': size, 'sha256': hex digest}}`.
 FILES_KEY = 'files'
+# The manifest's format number, written beside `files`: from DIGESTS_FROM on, a manifest without
+# `files` was edited, not written by an older build. Manifests written before formats were
+# numbered have none: without `files` they are read unverified, with a warning.
+FORMAT_KEY = 'format'
+FORMAT = 2
+DIGESTS_FROM = 2
 _BLOCK = 1 << 20
 
 
@@ -52,19 +58,27 @@ def file_digests(directory: str) -> dict[str, dict]:
             for path, size in sorted(_listed(directory).items())}
 
 
+def recorded(directory: str) -> dict:
+    """What a build adds to its manifest for readers to check the run by: its format and its files' digests."""
+    return {FORMAT_KEY: FORMAT, FILES_KEY: file_digests(directory)}
+
+
 def check_files(directory: str, manifest: Optional[dict] = None) -> None:
     """Refuses a run whose data files are not those its build wrote, in one line naming the file.
 
     Sizes are compared first (a listing), then every file's SHA-256. A
-    manifest written before builds recorded digests has no `files`: such a
-    run is read unverified, with a warning.
+    manifest of a format that records digests (`DIGESTS_FROM`) must hold
+    them; `"files": null` no build ever wrote. Only a manifest written
+    before formats were numbered and digests recorded, with neither, is
+    read unverified, with a warning.
 
     Args:
       directory: The run's directory (local or any Beam filesystem).
       manifest: Its manifest, when already read; read from the directory otherwise.
 
     Raises:
-      ValueError: Naming the first file that is missing, extra, or differs.
+      ValueError: Naming the first file that is missing, extra, or differs,
+        or a manifest whose format or digests were edited away.
     """
     manifest_path = posixpath.join(directory, tables.MANIFEST_FILE)
     if manifest is None:
@@ -72,7 +86,18 @@ def check_files(directory: str, manifest: Optional[dict] = None) -> None:
             return json.loads(storage.read_bytes(path).decode('utf-8'))
 
         manifest = tables.load_file(manifest_path, load)
-    written = manifest.get(FILES_KEY) if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict):
+        raise ValueError(f'{manifest_path} is corrupt: it is not a JSON object')
+    number = manifest.get(FORMAT_KEY)
+    if number is not None and (type(number) is not int or number < 1):
+        raise ValueError(f'{manifest_path} is corrupt: its "{FORMAT_KEY}" is {number!r}, not a format number')
+    written = manifest.get(FILES_KEY)
+    if written is None and (FILES_KEY in manifest or number is not None and number >= DIGESTS_FROM):
+        rebuilt = 'the manifest was edited since it was built; rebuild the index'
+        if FILES_KEY in manifest:
+            raise ValueError(f'{manifest_path} is corrupt: its "{FILES_KEY}" is null, which no build writes; {rebuilt}')
+        raise ValueError(f'{manifest_path} is format {number}, whose builds record the digests of their files, '
+                         f'but it holds no "{FILES_KEY}"; {rebuilt}')
     if written is None:
         LOG.warning('%s holds no digests of its files (built before they were recorded): they are not verified',
                     manifest_path)

@@ -18,9 +18,9 @@ import os
 import posixpath
 import re
 import time
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence, Union
 
-from transforms import storage
+from transforms import file_locks, storage
 from transforms.output.publish import split_complete
 from transforms.output.tables import MANIFEST_FILE
 from transforms.storage import delete_trees, leases, write_atomic
@@ -34,6 +34,9 @@ ROOT_ENTRIES = (RUNS_DIR, LATEST_FILE, CACHE_DIR, LOCK_FILE)
 # A run replaced as LATEST less than this long ago is not pruned: a query
 # that read LATEST just before may still be opening its files.
 DEFAULT_PRUNE_GRACE_SECONDS = 600.0
+
+# What `lock_file` yields: a lease on an object store, a held lock file locally.
+Lock = Union[None, leases.Lease, file_locks.HeldFile]
 
 _RUN_ID = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*')
 
@@ -185,7 +188,7 @@ def prune_runs(root: str, keep: int, grace_seconds: float = 0.0, now: Optional[f
 
 
 @contextlib.contextmanager
-def lock(root: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Optional[leases.Lease]]:
+def lock(root: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Lock]:
     """Holds an exclusive lock on a root for the length of a build.
 
     Cleanup deletes what no complete run owns, which would break a second
@@ -212,27 +215,103 @@ def plain_lock_path(output: str) -> str:
 
 
 @contextlib.contextmanager
-def lock_file(root: str, path: str,
-              lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Optional[leases.Lease]]:
+def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Lock]:
     """Holds the lock `path` guarding `root` (see `lock`): a local `flock`, or a lease on an object store.
 
+    Locally the file follows no link and must be a regular file
+    (`file_locks.open_lock_file`); the lock is held on the file its path
+    still names. A lock file inside `root` could be deleted or replaced
+    while held, letting a second build take the root and delete this one's
+    run as leftovers: the directory `root` itself is locked too, which no
+    file operation inside it undoes. A plain output's lock is a sibling
+    (`plain_lock_path`).
+
     Yields:
-      The lease on an object store (`Lease.check` before publishing), None locally.
+      The lease on an object store, the held lock file locally: either one
+      for `check_locks` before committing and publishing.
+
+    Raises:
+      ValueError: If another process holds the lock, or the path is a link
+        or no regular file.
     """
     if storage.is_remote(root):
         with leases.held(path, root, lease_seconds) as lease:
             yield lease
         return
-    import fcntl
+    directory = os.path.dirname(path) or '.'
+    os.makedirs(directory, exist_ok=True)
+    held = file_locks.try_lock(path)
+    if held is None:
+        raise ValueError(f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})')
+    directory_fd = None
+    try:
+        # Its lock file deleted or replaced under a build that still runs: that build still holds these.
+        if os.path.normpath(directory) == os.path.normpath(root):
+            directory_fd = file_locks.lock_directory(root)
+            if directory_fd is None:
+                raise ValueError(f'another ragsieve build is writing to {root} (it holds the directory)')
+        else:
+            staging = staging_in_use(root)
+            if staging is not None:
+                raise ValueError(f'another ragsieve build is writing to {root} (it holds {os.path.basename(staging)})')
+        yield held
+    finally:
+        if directory_fd not in (None, -1):
+            os.close(directory_fd)
+        held.release()
 
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    with open(path, 'a') as f:
+
+@contextlib.contextmanager
+def hold_staging(directory: str) -> Iterator[None]:
+    """Creates a plain build's local staging directory and locks it while the build fills it.
+
+    Should the output's sibling lock file be deleted meanwhile, the next
+    build finds this directory held (`staging_in_use`) and refuses, instead
+    of deleting it as the leftover of a killed run. Object stores: nothing.
+    """
+    if storage.is_remote(directory):
+        yield
+        return
+    os.makedirs(directory, exist_ok=True)
+    fd = file_locks.lock_directory(directory)
+    try:
+        yield
+    finally:
+        if fd not in (None, -1):
+            os.close(fd)
+        # Made here and left without a file by a failed build (`discard` deletes what has files); gone once published.
+        if os.path.isdir(directory) and not any(files for _, _, files in os.walk(directory)):
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def staging_in_use(output: str) -> Optional[str]:
+    """A staging directory of `output` (`publish.staging_path`) that a running build holds, or None."""
+    import glob
+
+    for path in sorted(glob.glob(glob.escape(output.rstrip('/')) + '.staging-*')):
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        fd = file_locks.lock_directory(path)
+        if fd is None:
+            return path
+        if fd != -1:
+            os.close(fd)
+    return None
+
+
+def check_locks(held: Sequence[Lock]) -> None:
+    """Before a step that a second build would break (committing, publishing): this build still holds its locks.
+
+    Raises:
+      ValueError: If a local lock file was deleted or replaced while held.
+      leases.Lost: If an object store's lease was lost.
+    """
+    for lock in held:
+        if lock is None:
+            continue
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(
-                f'another ragsieve build is writing to {root} (it holds {os.path.basename(path)})') from None
-        try:
-            yield None
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            lock.check()
+        except file_locks.LockLost as e:
+            raise ValueError(f'{e}; this build stops before publishing: run it again') from None

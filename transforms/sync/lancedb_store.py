@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +55,7 @@ class LanceDBStore(Store):
             raise StoreError(f'{self.shown}: ?keep_versions= must be a whole number >= 1, got {keep!r}')
         self.keep_versions = int(keep)
         self._connection = None
+        self._lock: Optional[locks.FileLock] = None
         self._table = None
 
     @property
@@ -72,7 +73,12 @@ class LanceDBStore(Store):
         return set(getattr(result, 'tables', result))
 
     def lock(self, wait: float, holder: str):
-        return locks.file_lock(os.path.join(self.target, self.table + LOCK_SUFFIX), self.shown, wait, holder)
+        self._lock = locks.file_lock(os.path.join(self.target, self.table + LOCK_SUFFIX), self.shown, wait, holder)
+        return self._lock
+
+    def check_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.check()
 
     def prepare(self, dim: int, create: bool) -> bool:
         schema = rows.store_schema(dim)

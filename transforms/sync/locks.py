@@ -2,21 +2,23 @@
 
 LanceDB and Milvus Lite keep no server that could hold a lock, so the lock
 is a file beside the store's data, held with `flock`: the kernel releases
-it when its holder exits or is killed, and a file left behind holds
-nothing. PostgreSQL holds an advisory lock instead (`pgvector_store`).
+it when its holder exits or is killed. The file must stay: deleting or
+replacing it would let a second sync take a lock of its own, so a sync
+that finds its lock file gone or replaced stops (`FileLock.check`).
+PostgreSQL holds an advisory lock instead (`pgvector_store`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import socket
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
-from transforms.sync.store import LockHeld, shown_id
+from transforms import file_locks
+from transforms.sync.store import LockHeld, LockLost, StoreError, shown_id
 
 # How often a sync waiting for a lock (`--wait`) tries it again.
 POLL_SECONDS = 0.2
@@ -54,9 +56,13 @@ def retry_until(take: Callable[[], bool], wait: float, sleep: Callable[[float], 
     return True
 
 
-@contextlib.contextmanager
-def file_lock(path: str, what: str, wait: float, holder: str) -> Iterator[None]:
-    """Holds an exclusive `flock` on `path` (created if missing) while the block runs.
+class FileLock:
+    """An exclusive `flock` on `path` (created if missing) while the block runs; `check` while held.
+
+    The file follows no link and must be a regular file of one name
+    (`file_locks.open_lock_file`); the lock is held only on the file its
+    path still names, and `check` refuses to go on once the file was
+    deleted or replaced, since a second sync may then hold a lock of its own.
 
     Args:
       path: The lock file, beside the store's data.
@@ -66,35 +72,63 @@ def file_lock(path: str, what: str, wait: float, holder: str) -> Iterator[None]:
 
     Raises:
       LockHeld: Naming the holder, when it is still held after `wait`.
+      StoreError: When the path is a link or no regular file.
       OSError: When the file cannot be created (a read-only directory).
     """
-    import fcntl
 
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    def __init__(self, path: str, what: str, wait: float, holder: str):
+        self.path, self.what, self.wait, self.holder = path, what, wait, holder
+        self._held: Optional[file_locks.HeldFile] = None
+
+    def __enter__(self) -> 'FileLock':
+        os.makedirs(os.path.dirname(self.path) or '.', exist_ok=True)
+        record: list = [None]
+
         def take() -> bool:
+            def busy(fd):
+                record[0] = _read_record(fd)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                return False
+                self._held = file_locks.try_lock(self.path, busy)
+            except (file_locks.NotALockFile, file_locks.LockLost) as e:
+                raise StoreError(f'{self.what}: {e}') from None
+            return self._held is not None
 
-        if not retry_until(take, wait):
-            raise refused(what, _read_record(fd), wait)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder_record(holder), sort_keys=True).encode('utf-8'), 0)
+        if not retry_until(take, self.wait):
+            raise refused(self.what, record[0], self.wait)
+        self._held.write(json.dumps(holder_record(self.holder), sort_keys=True).encode('utf-8'))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
         try:
-            yield
+            if file_locks.same_file(held.fd, held.path):
+                held.write(b'')  # a released lock names nobody
         finally:
-            os.ftruncate(fd, 0)  # a released lock names nobody
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            held.release()
+
+    def check(self) -> None:
+        """Returns while this sync holds the store's lock; a no-op when not held (`--verify`).
+
+        Raises:
+          LockLost: If the lock file was deleted or replaced since it was locked.
+        """
+        if self._held is None:
+            return
+        try:
+            self._held.check()
+        except file_locks.LockLost as e:
+            raise LockLost(f'{self.what}: {e}; this sync stops before writing more') from None
+
+
+def file_lock(path: str, what: str, wait: float, holder: str) -> FileLock:
+    """The lock of a LanceDB or Milvus Lite store (`FileLock`)."""
+    return FileLock(path, what, wait, holder)
 
 
 def _read_record(fd: int) -> Optional[dict]:
     try:
         return json.loads(os.pread(fd, 4096, 0).decode('utf-8'))
-    except ValueError:  # empty (the holder is starting) or not ours
+    except (ValueError, RecursionError):  # empty (the holder is starting) or not ours
         return None

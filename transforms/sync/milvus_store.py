@@ -65,6 +65,7 @@ class MilvusStore(Store):
         if self.lite and os.path.exists(self.target) and not os.path.isdir(self.target):
             raise StoreError(f'{self.shown}: {self.target} is a file, not a Milvus Lite database (a directory)')
         self._connection = None
+        self._lock: Optional[locks.FileLock] = None
         self._dim = None
         _silence()
 
@@ -96,7 +97,12 @@ class MilvusStore(Store):
     def lock(self, wait: float, holder: str):
         if not self.lite:
             return no_lock()
-        return locks.file_lock(os.path.abspath(self.target) + LOCK_SUFFIX, self.shown, wait, holder)
+        self._lock = locks.file_lock(os.path.abspath(self.target) + LOCK_SUFFIX, self.shown, wait, holder)
+        return self._lock
+
+    def check_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.check()
 
     def _schema(self, dim: int):
         from pymilvus import DataType, MilvusClient

@@ -192,6 +192,13 @@ class Store(abc.ABC):
         """Per row of `rows` (the store's columns), why this store cannot hold it, or None."""
         return [None] * rows.num_rows
 
+    def check_lock(self) -> None:
+        """Before each read or write of a sync: returns while it still holds the store's lock.
+
+        Raises:
+          LockLost: When the lock was lost (its file deleted or replaced): the sync stops.
+        """
+
     def recover(self) -> None:
         """Before a retry: reopens a lost connection (and retakes its lock).
 

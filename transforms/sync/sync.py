@@ -198,6 +198,8 @@ def attempt(action: str, call: Callable[[], Any], chunk_ids: Callable[[], list[s
     redact = store.redact if store else str
     for number in range(ATTEMPTS):
         try:
+            if store:
+                store.check_lock()  # a lock file deleted or replaced: another sync may be writing too
             if number and store:
                 store.recover()
         except LockLost as e:

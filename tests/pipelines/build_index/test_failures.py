@@ -5,6 +5,7 @@ traceback, and the index published before is left as it was.
 """
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,32 @@ def test_a_damaged_feature_cache_is_passed_over_and_computed_again(copy, caplog)
     junk(part)
     assert cli.main(build_argv(copy)) == cli.OK
     assert f'a feature cache generation cannot be read, so it is not used: {part}' in caplog.text
+
+
+def test_a_stdout_gone_before_the_summary_leaves_the_build_published_and_exit_0(copy):
+    # stdout piped to a logger that died: the summary's print meets a broken pipe after publishing.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    done = subprocess.run([sys.executable, '-m', 'pipelines.build_index', *build_argv(copy)[1:],
+                           '--versioned', '--run_id', 'r1', '--output', str(copy / 'root')],
+                          cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=600)
+    os.close(write_end)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert 'Traceback' not in done.stderr and 'Broken pipe' not in done.stderr, done.stderr[-3000:]
+    assert (copy / 'root' / 'LATEST').read_text().strip() == 'r1'
+
+
+def test_printing_a_result_line_never_raises(monkeypatch):
+    class Gone:
+        def write(self, text):
+            raise BrokenPipeError(32, 'Broken pipe')
+
+        def flush(self):
+            raise BrokenPipeError(32, 'Broken pipe')
+
+        def fileno(self):
+            raise ValueError('no file')
+
+    monkeypatch.setattr(sys, 'stdout', Gone())
+    cli.say('ragsieve build: published')  # no error
+    cli.say('again')

@@ -78,3 +78,65 @@ def test_write_beir_reads_back(tmp_path):
     assert found.queries == [beir.Query('q', 'alpha?', {'a': 1, 'b': 2}, (frozenset({'a'}),))]
     beir.write_beir(tmp_path / 'plain', [('a', '', 'x')], [('q', 'x?')], [('q', 'a', 1, None)])
     assert (tmp_path / 'plain' / 'qrels' / 'test.tsv').read_text() == 'query-id\tcorpus-id\tscore\nq\ta\t1\n'
+
+
+@pytest.mark.parametrize('name', ['corpus.jsonl', 'queries.jsonl'])
+def test_json_nested_too_deeply_is_one_line(tmp_path, name):
+    root = copy(tmp_path)
+    (root / name).write_bytes(b'{"_id": "a", "text": ' + b'[' * 60000 + b'\n')
+    with pytest.raises(ValueError, match=rf'{name}:1: not JSON \(nested too deeply to read\)$'):
+        beir.read_beir(root)
+
+
+def qrels_rows(root, *rows):
+    qrels = root / 'qrels' / 'test.tsv'
+    qrels.write_text(qrels.read_text() + ''.join(rows))
+    return qrels
+
+
+def test_a_quote_in_a_qrels_field_is_a_character_and_swallows_no_row(tmp_path):
+    root = copy(tmp_path)
+    before = beir.read_beir(root)
+    qrels = qrels_rows(root, 'q1\t"pasta\t1\n', 'q9\torbit\t1\n', 'q1\tgeo"\t1\n')
+    found = beir.read_beir(root)
+    assert found.rejected == [(f'{qrels}:9', 'passage \'"pasta\' is not in corpus.jsonl'),
+                              (f'{qrels}:10', "query 'q9' is not in queries.jsonl"),
+                              (f'{qrels}:11', 'passage \'geo"\' is not in corpus.jsonl')]
+    assert found.queries == before.queries
+
+
+def test_a_qrels_field_of_megabytes_is_a_rejected_row_with_a_short_reason(tmp_path):
+    root = copy(tmp_path)
+    qrels_rows(root, 'q1\t' + 'x' * 200_000 + '\t1\n', 'q2\torbit\t1\n')
+    (where, reason), = beir.read_beir(root).rejected
+    assert where.endswith(':9') and reason.startswith("passage 'xxx") and '(200,000 characters)' in reason
+    assert len(reason) < 200
+
+
+def test_a_score_out_of_range_is_a_rejected_row_and_scores_nothing(tmp_path):
+    root = copy(tmp_path)
+    qrels = qrels_rows(root, 'q1\torbit\t' + '9' * 401 + '\n', 'q2\tpasta\t1000001\n', 'q3\tpasta\t-5\n')
+    found = beir.read_beir(root)
+    assert [(w, r[:40]) for w, r in found.rejected] == [
+        (f'{qrels}:9', "score '" + '9' * 33), (f'{qrels}:10', "score '1000001' is out of range (a grade")]
+    assert 'orbit' not in found.queries[0].relevant
+    from transforms.evaluation.ir_metrics import ndcg_at
+
+    assert ndcg_at(['orbit'], found.queries[0].relevant, 10) == 0.0
+
+
+@pytest.mark.parametrize('score', ['1_0', '1.0', '١', '0x1', ' ', '+'])
+def test_a_score_python_would_read_but_beir_does_not_write_is_one_line(tmp_path, score):
+    root = copy(tmp_path)
+    qrels_rows(root, f'q1\torbit\t{score}\n')
+    with pytest.raises(ValueError, match=r'test\.tsv:9: score .* is not an integer$'):
+        beir.read_beir(root)
+
+
+def test_a_bom_before_the_header_or_the_first_json_line_is_accepted(tmp_path):
+    root = copy(tmp_path)
+    for name in ('qrels/test.tsv', 'corpus.jsonl', 'queries.jsonl'):
+        (root / name).write_bytes(b'\xef\xbb\xbf' + (root / name).read_bytes())
+    found, plain = beir.read_beir(root), beir.read_beir(BEIR_MINI)
+    assert found.queries == plain.queries and found.rejected == []
+    assert [(d.doc_id, d.text) for d in found.documents] == [(d.doc_id, d.text) for d in plain.documents]

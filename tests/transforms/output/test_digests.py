@@ -15,7 +15,7 @@ def make_run(root):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     (root / 'report.html').write_text('not digested: written after the manifest')
-    manifest = {'run_id': 'r1', digests.FILES_KEY: digests.file_digests(str(root))}
+    manifest = {'run_id': 'r1', **digests.recorded(str(root))}
     (root / 'manifest.json').write_text(json.dumps(manifest))
     return manifest
 
@@ -66,7 +66,55 @@ def test_a_build_records_every_file_it_wrote(sample_root):
     run = sample_root[1] / 'runs' / 'r1'
     manifest = json.loads((run / 'manifest.json').read_text())
     files = manifest[digests.FILES_KEY]
-    assert files == digests.file_digests(str(run))
+    assert files == digests.file_digests(str(run)) and manifest[digests.FORMAT_KEY] == digests.FORMAT
     assert {'index/index.faiss', 'index/ids.parquet', 'bm25/vocab.index.json', 'bm25/tokenizer.json'} <= set(files)
     assert {p.split('/')[0] for p in files} == set(digests.DIGESTED_DIRS)
     digests.check_files(str(run))
+
+
+@pytest.mark.parametrize('edit, says', [
+    (lambda m: m.pop(digests.FILES_KEY), 'is format 2, whose builds record the digests of their files, but it holds no'),
+    (lambda m: m.update({digests.FILES_KEY: None}), 'its "files" is null, which no build writes'),
+    (lambda m: m.update({digests.FILES_KEY: None, digests.FORMAT_KEY: None}), 'its "files" is null'),
+    (lambda m: m.update({digests.FORMAT_KEY: '2'}), "its \"format\" is '2', not a format number"),
+    (lambda m: m.update({digests.FORMAT_KEY: True}), 'not a format number'),
+    (lambda m: m.update({digests.FORMAT_KEY: 0}), 'not a format number'),
+])
+def test_a_manifest_whose_digests_were_edited_away_is_refused(tmp_path, edit, says):
+    manifest = make_run(tmp_path)
+    edit(manifest)
+    (tmp_path / 'manifest.json').write_text(json.dumps(manifest))
+    flip(tmp_path / 'index' / 'index.faiss')  # what the edit would hide
+    with pytest.raises(ValueError) as refused:
+        digests.check_files(str(tmp_path))
+    assert says in str(refused.value) and '\n' not in str(refused.value)
+
+
+@pytest.mark.parametrize('reader', ['query', 'sync', 'publish'])
+@pytest.mark.parametrize('files', ['missing', 'null'])
+def test_every_reader_refuses_a_built_run_whose_digests_were_edited_away(sample_root, tmp_path, reader, files):
+    import shutil
+
+    root = tmp_path / 'root'
+    shutil.copytree(sample_root[1], root)
+    run = root / 'runs' / 'r1'
+    manifest = json.loads((run / 'manifest.json').read_text())
+    if files == 'missing':
+        del manifest[digests.FILES_KEY]
+    else:
+        manifest[digests.FILES_KEY] = None
+    (run / 'manifest.json').write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match='rebuild the index'):
+        if reader == 'query':
+            from transforms.query.retriever import check_index_dir
+
+            check_index_dir(str(run))
+        elif reader == 'sync':
+            from pipelines import sync
+
+            sync.sync(str(root), f'lancedb://{tmp_path}/lance')
+        else:
+            from pipelines import publish_run
+
+            publish_run.run(['--output', str(root), '--run', 'r1'])
+    assert not (tmp_path / 'lance').exists()

@@ -78,6 +78,67 @@ def test_lock_is_exclusive_and_released(tmp_path):
         pass
 
 
+def test_a_deleted_or_replaced_root_lock_lets_no_second_build_in(tmp_path):
+    root = str(tmp_path)
+    with snapshots.lock(root) as held:
+        (tmp_path / 'runs' / 'a-in-progress').mkdir(parents=True)  # build A's run, no manifest yet
+        (tmp_path / 'runs' / 'a-in-progress' / 'part-00000-of-00001.parquet').write_bytes(b'...')
+        (tmp_path / snapshots.LOCK_FILE).unlink()
+        with pytest.raises(ValueError, match='another ragsieve build is writing to'):
+            with snapshots.lock(root):
+                snapshots.clean_debris(root)  # never reached: A's run would go as a leftover
+        assert (tmp_path / 'runs' / 'a-in-progress').is_dir()
+        (tmp_path / 'other').write_text('')
+        os.replace(tmp_path / 'other', tmp_path / snapshots.LOCK_FILE)
+        with pytest.raises(ValueError, match='another ragsieve build'):
+            with snapshots.lock(root):
+                pass
+        with pytest.raises(ValueError, match=r'deleted or replaced while held.*; this build stops before publishing'):
+            snapshots.check_locks([held])  # A stops before it publishes
+    with snapshots.lock(root):  # released: the next build gets in
+        assert snapshots.clean_debris(root) == [f'{root}/runs/a-in-progress']
+
+
+def test_a_plain_lock_deleted_while_held_is_noticed_before_publishing(tmp_path):
+    output = str(tmp_path / 'index')
+    path = snapshots.plain_lock_path(output)
+    with snapshots.lock_file(output, path) as held:
+        snapshots.check_locks([held, None])  # None: an object store's, which has no lock
+        os.unlink(path)
+        with snapshots.lock_file(output, path):
+            with pytest.raises(ValueError, match='deleted or replaced while held'):
+                snapshots.check_locks([held])
+
+
+def test_a_plain_builds_staging_is_kept_from_the_next_build_when_its_lock_file_is_deleted(tmp_path):
+    output = str(tmp_path / 'index')
+    path = snapshots.plain_lock_path(output)
+    staging = f'{output}.staging-1-2'
+    with snapshots.lock_file(output, path), snapshots.hold_staging(staging):  # build A fills its staging
+        os.unlink(path)
+        with pytest.raises(ValueError, match=r'another ragsieve build is writing to .* \(it holds index\.staging-1-2\)'):
+            with snapshots.lock_file(output, path):
+                pass  # never reached: clean_staging would delete A's staging
+        assert os.path.isdir(staging)
+    assert snapshots.staging_in_use(output) is None  # A ended: a leftover the next build may delete
+    with snapshots.lock_file(output, path):
+        pass
+
+
+@pytest.mark.parametrize('plain', [False, True])
+def test_a_lock_path_that_is_a_symlink_is_refused_and_its_target_kept(tmp_path, plain):
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('precious')
+    root = tmp_path / 'index'
+    root.mkdir()
+    path = snapshots.plain_lock_path(str(root)) if plain else str(root / snapshots.LOCK_FILE)
+    os.symlink(victim, path)
+    with pytest.raises(ValueError, match='is a symbolic link'):
+        with snapshots.lock_file(str(root), path):
+            pass
+    assert victim.read_text() == 'precious'
+
+
 def test_prune_spares_runs_replaced_within_the_grace_period(tmp_path):
     import os
 

@@ -98,3 +98,21 @@ def test_a_marker_table_of_odd_rows_is_drift_and_repaired(tmp_path, synced_runs,
         'ragsieve_chunks_sync', data=pa.table({'marker': pa.array(markers, pa.string())}), mode='overwrite')
     assert "is not ragsieve's" in drift_of(uri, r1).line('r1')
     assert sync_into(uri, r1).upserted == 0 and drift_of(uri, r1).none
+
+
+def test_a_sync_whose_lock_file_is_deleted_stops_before_writing(tmp_path, synced_runs, monkeypatch):
+    from pipelines import sync as sync_job
+    from transforms.output import publish
+
+    _, r1, _ = synced_runs
+    lock = tmp_path / 'lance' / f'ragsieve_chunks{LOCK_SUFFIX}'
+
+    def delete_the_lock(name):
+        if name == 'sync_prepared':  # the table is open: a second sync could take a new lock file now
+            lock.unlink()
+
+    monkeypatch.setattr(publish, 'checkpoint', delete_the_lock)
+    with pytest.raises(sync_job.SyncFailed, match='deleted or replaced while held') as failed:
+        sync_job.sync(str(r1), f'lancedb://{tmp_path}/lance')
+    assert '\n' not in str(failed.value)
+    assert store_rows(f'lancedb://{tmp_path}/lance').num_rows == 0  # nothing written after the loss

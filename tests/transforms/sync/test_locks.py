@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import REPO
 from transforms.sync import locks
-from transforms.sync.store import LockHeld
+from transforms.sync.store import LockHeld, LockLost, StoreError
 
 HOLD = ('import sys, time\n'
         'from transforms.sync.locks import file_lock\n'
@@ -79,3 +79,42 @@ def test_a_holder_is_described_escaped():
     record = {'pid': 12, 'host': 'evil\x1b[2J\nhost', 'since': '2026-01-01T00:00:00Z', 'syncing': 'run r1'}
     assert locks.describe_holder(record) == 'pid 12 on host evil\\x1b[2J\\nhost since 2026-01-01T00:00:00Z (run r1)'
     assert locks.describe_holder(None).startswith('another sync')
+
+
+def test_a_symlink_at_the_lock_path_is_refused_and_the_file_it_names_kept(tmp_path):
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('precious')
+    path = tmp_path / 'store' / 't.sync-lock'
+    path.parent.mkdir()
+    path.symlink_to(victim)
+    with pytest.raises(StoreError, match=r'^lancedb:///x: lock file .* is a symbolic link') as refused:
+        with locks.file_lock(str(path), 'lancedb:///x', 0, 'run r1'):
+            pass
+    assert '\n' not in str(refused.value)
+    assert victim.read_text() == 'precious'
+
+
+def test_a_hard_link_at_the_lock_path_is_refused_and_the_file_kept(tmp_path):
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('precious')
+    os.link(victim, tmp_path / 't.sync-lock')
+    with pytest.raises(StoreError, match='hard link'):
+        with locks.file_lock(str(tmp_path / 't.sync-lock'), 'the store', 0, 'run r1'):
+            pass
+    assert victim.read_text() == 'precious'
+
+
+@pytest.mark.parametrize('split', ['delete', 'replace'])
+def test_a_holder_whose_lock_file_was_deleted_or_replaced_stops(tmp_path, split):
+    path = tmp_path / 't.sync-lock'
+    with locks.file_lock(str(path), 'the store', 0, 'run r1') as held:
+        held.check()
+        if split == 'delete':
+            path.unlink()
+        else:
+            (tmp_path / 'other').write_text('')
+            os.replace(tmp_path / 'other', path)
+        with locks.file_lock(str(path), 'the store', 0, 'run r2'):  # a second sync gets in...
+            with pytest.raises(LockLost, match='^the store: lock file .* deleted or replaced'):
+                held.check()  # ...and the first one stops
+    assert held.check() is None  # released: nothing to check

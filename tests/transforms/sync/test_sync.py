@@ -138,6 +138,9 @@ def test_attempt_retries_a_recovery_that_failed_but_stops_on_a_lost_lock():
             if self.recoveries == 1:
                 raise ConnectionError('server hunter2 still starting')
 
+        def check_lock(self):
+            pass
+
     store, calls = Store(), []
 
     def write():
@@ -151,6 +154,22 @@ def test_attempt_retries_a_recovery_that_failed_but_stops_on_a_lost_lock():
     store.recover = lambda: (_ for _ in ()).throw(LockLost('another sync took the lock'))
     with pytest.raises(sync.SyncError, match=r'after 1 attempts \(LockLost: another sync took the lock\)'):
         sync.attempt('upsert', lambda: (_ for _ in ()).throw(OSError('lost')), store=store, sleep=lambda s: None)
+
+
+def test_attempt_stops_before_the_call_once_the_lock_file_is_lost():
+    from transforms.sync.store import LockLost
+
+    class Store:
+        def redact(self, text):
+            return text
+
+        def check_lock(self):
+            raise LockLost('lancedb:///x: lock file /x/t.sync-lock was deleted or replaced while held')
+
+    calls = []
+    with pytest.raises(sync.SyncError, match=r'LockLost: lancedb:///x: lock file .* deleted or replaced'):
+        sync.attempt('marker', lambda: calls.append(1), store=Store(), sleep=lambda s: None)
+    assert calls == []  # nothing written once another sync may hold the store
 
 
 def test_a_failure_line_is_bounded_and_escapes_ids():
