@@ -111,8 +111,10 @@ def test_bar_mode_draws_the_steps_and_meters_and_prints_log_lines_above_them():
     finally:
         root.removeHandler(handler)
     screen = re.sub(r'\x1b\[[0-9;?]*[A-Za-z]', '', terminal.getvalue())
-    assert re.search(r'✓ load embedding model +all-MiniLM-L6-v2, 0\.\d s', screen)
-    assert {int(n) for n in re.findall(r'embed .*?(\d+)/10 chunks', screen)} >= {2, 4, 10}
+    # A loaded machine may draw late: the step's time and which counts were drawn between the adds vary.
+    assert re.search(r'✓ load embedding model +all-MiniLM-L6-v2, \d+\.\d s', screen)
+    drawn = {int(n) for n in re.findall(r'embed .*?(\d+)/10 chunks', screen)}
+    assert 10 in drawn and drawn & {2, 4, 6}, drawn
     assert 'a line above the bar' in screen
 
 
