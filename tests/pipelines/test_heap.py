@@ -1,12 +1,16 @@
 """Tests for pipelines/heap.py: the collector is off while loading, and what was loaded is frozen until released."""
 
 import gc
+import sys
 
 from pipelines import heap
 
 
 def test_loading_pauses_collection_and_freezes_what_it_loaded():
     loaded = []
+    # No other thread of this process (a session's servers, Beam's) may allocate between the freeze and the count.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(60)
     try:
         with heap.loading():
             assert not gc.isenabled()
@@ -15,6 +19,7 @@ def test_loading_pauses_collection_and_freezes_what_it_loaded():
         assert gc.get_freeze_count() >= 100
         assert gc.get_count()[0] < 100  # the young generation starts empty: no collection of it all
     finally:
+        sys.setswitchinterval(switch)
         heap.release()
     assert gc.get_freeze_count() == 0
 
