@@ -42,7 +42,7 @@ def manifest(directory):
 # cluster without restarts, the run the design must survive (one line, nothing published).
 more_faults = pytest.mark.skipif(
     os.environ.get('RAGSIEVE_ENGINE_FAULTS') != '1',
-    reason='a recovered SDK worker or TaskManager, Ctrl-C of a Flink build, a Spark worker killed: 11 more minutes, '
+    reason='a recovered SDK worker or TaskManager, Ctrl-C of a Flink build, a Spark worker killed: 11 more minutes, run with '
            'RAGSIEVE_ENGINE_FAULTS=1')
 
 # Timed progress lines each second: the engine's PROCESS workers send their counts to the launcher.
