@@ -56,6 +56,9 @@ def configure(options=None) -> None:
 
         options = PipelineOptions([])
     _emulator_without_credentials()
+    from transforms.storage import s3_clients
+
+    s3_clients.share()
     FileSystems.set_options(options)
 
 

@@ -36,6 +36,31 @@ def _s3_refused(error) -> bool:
     return code in ('PreconditionFailed', 'ConditionalRequestConflict', 'NoSuchKey') or status in (404, 409, 412)
 
 
+def _s3_call(path: str, method: str, **kwargs) -> Optional[dict]:
+    """`client.<method>(Bucket=..., Key=..., **kwargs)`'s answer, or None where the store refused it."""
+    from botocore.exceptions import ClientError
+
+    client, bucket, key = _s3(path)
+    try:
+        return getattr(client, method)(Bucket=bucket, Key=key, **kwargs)
+    except ClientError as e:
+        if _s3_refused(e):
+            return None
+        raise
+
+
+def _gcs_upload(path: str, data: bytes, generation: int) -> Optional[str]:
+    """Uploads only if the object's generation is `generation` (0: there is none); the new one, or None."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    blob = _gcs(path)
+    try:
+        blob.upload_from_string(data, if_generation_match=generation)
+    except (NotFound, PreconditionFailed):
+        return None
+    return str(blob.generation)
+
+
 def _kind(path: str) -> str:
     kind = storage.scheme(path)
     if kind not in ('s3', 'gs'):
@@ -46,38 +71,16 @@ def _kind(path: str) -> str:
 def create_if_absent(path: str, data: bytes) -> Optional[str]:
     """Writes the object only if none exists at `path`; its version, or None when one exists."""
     if _kind(path) == 's3':
-        from botocore.exceptions import ClientError
-
-        client, bucket, key = _s3(path)
-        try:
-            return client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch='*')['ETag']
-        except ClientError as e:
-            if _s3_refused(e):
-                return None
-            raise
-    from google.api_core.exceptions import PreconditionFailed
-
-    blob = _gcs(path)
-    try:
-        blob.upload_from_string(data, if_generation_match=0)
-    except PreconditionFailed:
-        return None
-    return str(blob.generation)
+        answer = _s3_call(path, 'put_object', Body=data, IfNoneMatch='*')
+        return answer and answer['ETag']
+    return _gcs_upload(path, data, 0)
 
 
 def read_versioned(path: str) -> Optional[tuple[bytes, str]]:
     """`(data, version)` of the object at `path`, or None when there is none."""
     if _kind(path) == 's3':
-        from botocore.exceptions import ClientError
-
-        client, bucket, key = _s3(path)
-        try:
-            answer = client.get_object(Bucket=bucket, Key=key)
-        except ClientError as e:
-            if _s3_refused(e):
-                return None
-            raise
-        return answer['Body'].read(), answer['ETag']
+        answer = _s3_call(path, 'get_object')
+        return answer and (answer['Body'].read(), answer['ETag'])
     from google.api_core.exceptions import NotFound, PreconditionFailed
 
     blob = _gcs(path)
@@ -91,42 +94,17 @@ def read_versioned(path: str) -> Optional[tuple[bytes, str]]:
 def replace_if_version(path: str, data: bytes, version: str) -> Optional[str]:
     """Replaces the object only if it still is `version`; the new version, or None when it is not."""
     if _kind(path) == 's3':
-        from botocore.exceptions import ClientError
-
-        client, bucket, key = _s3(path)
-        try:
-            return client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=version)['ETag']
-        except ClientError as e:
-            if _s3_refused(e):
-                return None
-            raise
-    from google.api_core.exceptions import NotFound, PreconditionFailed
-
-    blob = _gcs(path)
-    try:
-        blob.upload_from_string(data, if_generation_match=int(version))
-    except (NotFound, PreconditionFailed):
-        return None
-    return str(blob.generation)
+        answer = _s3_call(path, 'put_object', Body=data, IfMatch=version)
+        return answer and answer['ETag']
+    return _gcs_upload(path, data, int(version))
 
 
 def delete_if_version(path: str, version: str) -> bool:
     """Deletes the object only if it still is `version`; whether it did."""
     if _kind(path) == 's3':
-        from botocore.exceptions import ClientError
-
-        client, bucket, key = _s3(path)
-        found = read_versioned(path)
         # S3's conditional delete is not served by every S3-compatible store: compare, then delete.
-        if found is None or found[1] != version:
-            return False
-        try:
-            client.delete_object(Bucket=bucket, Key=key)
-        except ClientError as e:
-            if _s3_refused(e):
-                return False
-            raise
-        return True
+        found = read_versioned(path)
+        return found is not None and found[1] == version and _s3_call(path, 'delete_object') is not None
     from google.api_core.exceptions import NotFound, PreconditionFailed
 
     try:
