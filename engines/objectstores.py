@@ -80,7 +80,7 @@ def build(server: GoServer) -> Path:
     staging.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run([go, 'install', f'{server.module}@{server.version}'], capture_output=True, text=True,
-                              env={**os.environ, 'GOBIN': str(staging), 'CGO_ENABLED': '0'})
+                              env={**os.environ, 'GOBIN': str(staging)})
         if done.returncode:
             raise fetch.EngineMissing(f'go install {server.module}@{server.version} failed: '
                                       f'{done.stderr.strip()[-500:]}')
