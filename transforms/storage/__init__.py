@@ -272,7 +272,8 @@ def delete_trees(paths: Iterable[str]) -> None:
         import shutil
 
         for path in paths:
-            shutil.rmtree(path.rstrip('/'), ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):  # already gone; any other failure is one to see
+                shutil.rmtree(path.rstrip('/'))
         return
     # By listing, not by Beam's recursive delete of `dir/`: one rule (list the prefix) on every store.
     delete_files([f.path for p in paths for f in list_files(p)])
