@@ -254,7 +254,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         if debris:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
-            manifest = build_and_publish(config, options, target, view, files, [h for h in held if h])
+            manifest = build_and_publish(config, options, target, view, files, held)
         except BaseException:
             discard(config, target)
             raise
@@ -378,15 +378,15 @@ def load_models(config: BuildConfig, step=progress.no_step) -> Models:
 
 
 def build_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, view: progress.View,
-                      files: Optional[int], leases: Sequence = ()) -> dict:
+                      files: Optional[int], locks: Sequence = ()) -> dict:
     """Loads the models, runs the pipeline into `target` and publishes it; returns the manifest."""
     with heap.loading():
         models = load_models(config, view.step)
-    return run_and_publish(config, options, target, models, view, files, leases)
+    return run_and_publish(config, options, target, models, view, files, locks)
 
 
 def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
-                    view: progress.View, files: Optional[int], leases: Sequence = ()) -> dict:
+                    view: progress.View, files: Optional[int], locks: Sequence = ()) -> dict:
     """Runs the pipeline into `target` with the loaded models and publishes it; returns the manifest.
 
     Args:
@@ -396,7 +396,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       models: What `load_models` loaded.
       view: Where the steps and the workers' counts show.
       files: The files --input lists (the read meter's total).
-      leases: The locks the run holds (an object store's leases, local lock files), checked before it
+      locks: The locks the run holds (an object store's leases, local lock files), checked before it
         commits or publishes anything.
     """
     handle, model, dim, max_seq_length, ner_meta = models
@@ -427,7 +427,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     publish.checkpoint('after_pipeline')
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
-    snapshots.check_locks(leases)  # a run that lost its root to another build commits and publishes nothing
+    snapshots.check_locks(locks)  # a run that lost its root to another build commits and publishes nothing
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
         cache.commit()
@@ -436,7 +436,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     with view.step('check gates, write report'):
         manifest = build_gates.check_and_report(config, target, manifest, model)
     with view.step('publish'):
-        snapshots.check_locks(leases)
+        snapshots.check_locks(locks)
         if config.versioned:
             snapshots.write_latest(config.output, target.run_id)
             publish.checkpoint('after_latest')
