@@ -74,14 +74,15 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
         parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. portable (the default in fp32): vectors are '
-                                 'the same bits on every x86-64 CPU with AVX2, whatever the batch and threads '
-                                 '(slower on AVX-512 CPUs); native (the default, and the only choice, in bf16): '
-                                 'the CPU\'s fastest kernels, the same bits only on CPUs of one kind (the '
-                                 'manifest says so).')
+                            help='CPU kernels of the embedding model. native (the default): the CPU\'s '
+                                 'fastest kernels, the same bits whatever the batch and threads on CPUs of one '
+                                 'kind (its kernel family, the manifest\'s kernels.probe; a feature cache of '
+                                 'another family is embedded again, never mixed); portable: the same bits on '
+                                 'every x86-64 CPU with AVX2, for a fleet of mixed CPUs (1.4-1.6x the embedding '
+                                 'time on AVX-512 CPUs; fp32 only).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
-                            help='fp32: torch, the same bits on every CPU (--embed_kernels portable); bf16: '
+                            help='fp32: torch (--embed_kernels chooses its bits); bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
                                  "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
