@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines import cli, dataflow_job, engine_job, progress
-from pipelines.runners import check_runner, with_engine_defaults
+from pipelines.runners import check_runner, default_kernels, with_engine_defaults
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
@@ -74,12 +74,13 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
         parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. native (the default): the CPU\'s '
+                            help='CPU kernels of the embedding model. native (the default but on Dataflow): the CPU\'s '
                                  'fastest kernels, the same bits whatever the batch and threads on CPUs of one '
                                  'kind (its kernel family, the manifest\'s kernels.probe; a feature cache of '
                                  'another family is embedded again, never mixed); portable: the same bits on '
                                  'every x86-64 CPU with AVX2, for a fleet of mixed CPUs (1.4-1.6x the embedding '
-                                 'time on AVX-512 CPUs; fp32 only).')
+                                 'time on AVX-512 CPUs; fp32 only; the default on Dataflow, whose workers are '
+                                 'never the launcher\'s CPU).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
                             help='fp32: torch (--embed_kernels chooses its bits); bf16: '
@@ -291,7 +292,7 @@ class BuildConfig:
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
                 precisions.kernel_mode(options.embed_precision,
-                                       precisions.check_kernels(options.embed_precision, options.embed_kernels)),
+                                       precisions.check_kernels(options.embed_precision, requested_kernels(options))),
                 options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
@@ -477,6 +478,13 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
     except ValueError as e:  # `--KEY: invalid int value: 'abc'`: the key is named already
         raise ValueError(f'{where}: {re.sub(r"^--[^:]+: ", "", str(e))}') from None
     return [flag]
+
+
+def requested_kernels(options: BuildIndexOptions) -> Optional[str]:
+    """`--embed_kernels`, or the runner's default in fp32 (`runners.default_kernels`), or None."""
+    if options.embed_kernels is not None or options.embed_precision != precisions.FP32:
+        return options.embed_kernels
+    return default_kernels(options.view_as(StandardOptions).runner)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
