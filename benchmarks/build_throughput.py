@@ -72,7 +72,7 @@ def main():
         print(encode_floor(args.floor, args.batch_size, args.floor_mode))
         return
 
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
 
     corpora = sorted(glob.glob(os.path.join(args.data, '*.md')))
     if not corpora:

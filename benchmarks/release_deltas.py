@@ -108,7 +108,7 @@ def main():
                         help='Hard-wrap every paragraph at this width, paragraphs apart by a blank line (0: as is).')
     args = parser.parse_args()
 
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
     from transforms.lineage.sentences import sentence_spans
     from transforms.text import normalize_text
 

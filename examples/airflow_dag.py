@@ -54,7 +54,7 @@ OK, FAILED, SYNC_FAILED, REFUSED = 0, 2, 4, 5
 RUN_EXISTS = 'already exists under'
 # What an earlier try left, read with ragsieve's own code (local or object storage): LATEST and the run's gates.
 RUN_STATE = '''import json, sys
-from pipelines.build_gates import read_manifest
+from pipelines.build_index.gates import read_manifest
 from transforms.output import snapshots
 root, run_id = sys.argv[1:]
 manifest = read_manifest(snapshots.run_dir(root, run_id)) or {}

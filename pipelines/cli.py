@@ -15,12 +15,12 @@ import re
 import sys
 from typing import Iterator, Optional
 
-from pipelines import heap, third_party
+from pipelines.common import heap, third_party
 from transforms.output.gates import REFUSED_EXIT_STATUS
 
 # Sub-command -> module with `run(argv)`; imported only when chosen, so
 # `ragsieve query` does not pay for Beam's import.
-COMMANDS = {'build': 'pipelines.build_index', 'evaluate': 'pipelines.evaluate', 'query': 'pipelines.query',
+COMMANDS = {'build': 'pipelines.build_index.job', 'evaluate': 'pipelines.evaluate.job', 'query': 'pipelines.query',
             'sync': 'pipelines.sync'}
 COMMANDS.update({'publish': 'pipelines.publish_run', 'report': 'pipelines.report'})
 USAGE = f'usage: ragsieve {{{",".join(COMMANDS)}}} [flags...]   (ragsieve COMMAND --help for the flags)'

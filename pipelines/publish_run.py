@@ -16,7 +16,8 @@ import sys
 from typing import Optional, Sequence
 
 
-from pipelines import build_gates, cli
+from pipelines import cli
+from pipelines.build_index import gates as build_gates
 from transforms import storage
 from transforms.output import digests, publish, snapshots, tables
 

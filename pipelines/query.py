@@ -43,7 +43,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipelines import cli, ranking_flags
+from pipelines import cli
+from pipelines.common import ranking_flags
 from transforms.features.models import check_device
 from transforms.query import retrieval
 from transforms.query import where as where_filter

@@ -39,7 +39,7 @@ def flags_table(parser: argparse.ArgumentParser) -> str:
 
 
 def build_flags() -> str:
-    from pipelines.build_options import BuildIndexOptions
+    from pipelines.build_index.options import BuildIndexOptions
 
     parser = argparse.ArgumentParser(add_help=False)
     BuildIndexOptions._add_argparse_args(parser)
@@ -53,7 +53,7 @@ def query_flags() -> str:
 
 
 def evaluate_flags() -> str:
-    from pipelines import evaluate
+    from pipelines.evaluate import job as evaluate
 
     return flags_table(evaluate.parser())
 

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipelines import cli
-from pipelines import progress as progress_view
+from pipelines.common import progress as progress_view
 from pipelines.cli import DRIFT, SYNC_FAILED
 from transforms.output import snapshots
 from transforms.output.digests import check_files

@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.portability.api import beam_runner_api_pb2
 from google.protobuf import json_format
 
-from pipelines import runners
+from pipelines.build_index import runners
 from transforms import storage
 
 # How workers get a Python package: the sdist Beam builds from --setup_file is staged under this name.

@@ -8,7 +8,7 @@ on an engine waits through `wait`: a job that shows no progress for
 `--engine_stall_timeout` seconds is cancelled and ends the build with one
 line and exit status 6 (`JOB_FAILED`), a lost job server too, and Ctrl-C
 cancels the job before the build exits 130. Progress is the workers' live
-counts (`pipelines/build_progress.py`); without them (workers elsewhere,
+counts (`pipelines/build_index/progress.py`); without them (workers elsewhere,
 `--progress none`) nothing bounds the job but the engine. The job is
 cancelled through its job service, and a Flink job also through Flink's REST
 API by its name (`job_name`), which still answers when the job server is gone.
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines import runners
+from pipelines.build_index import runners
 
 LOG = logging.getLogger('ragsieve.build')
 

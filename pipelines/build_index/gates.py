@@ -16,8 +16,8 @@ import posixpath
 from typing import Optional
 
 
-from pipelines.build_manifest import Target
-from pipelines.build_options import BuildConfig
+from pipelines.build_index.manifest import Target
+from pipelines.build_index.options import BuildConfig
 from transforms import storage
 from transforms.output import gates, publish, tables
 from transforms.report.page import write_report

@@ -7,18 +7,20 @@ import dataclasses
 import logging
 import os
 import posixpath
-import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
-from pipelines import third_party
+from pipelines.common import third_party
 
 with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before cli does
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build_gates, build_progress, cli, dataflow_job, engine_job, heap, progress, runners
-from pipelines.build_manifest import (
+from pipelines import cli
+from pipelines.build_index import dataflow_job, engine_job, runners
+from pipelines.build_index import gates as build_gates
+from pipelines.build_index import progress as build_progress
+from pipelines.build_index.manifest import (
     DIFF_FILE,
     Target,
     change_report,
@@ -28,7 +30,8 @@ from pipelines.build_manifest import (
     previous_build,
     summary,
 )
-from pipelines.build_options import BuildConfig, BuildIndexOptions, parse_args
+from pipelines.build_index.options import BuildConfig, BuildIndexOptions, parse_args
+from pipelines.common import heap, progress
 from transforms import storage
 from transforms.chunking.chunk_documents import ChunkDocuments
 from transforms.dedup.config import FilterConfig
@@ -491,10 +494,3 @@ def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None
         f'no document was indexed from {counts["files"]} files (rejected: {reasons}{shown}): nothing '
         'was published; pass --allow_empty to publish an empty index')
 
-
-if __name__ == '__main__':
-    from pipelines import cli
-
-    status = cli.run_and_report('build', run, sys.argv[1:])
-    heap.spare_exit()
-    sys.exit(status)

@@ -18,7 +18,7 @@ import posixpath
 from typing import Optional
 
 
-from pipelines.build_options import BuildConfig
+from pipelines.build_index.options import BuildConfig
 from transforms import storage
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.features import kernels

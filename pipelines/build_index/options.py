@@ -18,8 +18,10 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, dataflow_job, engine_job, progress
-from pipelines.runners import check_runner, with_engine_defaults
+from pipelines import cli
+from pipelines.build_index import dataflow_job, engine_job
+from pipelines.build_index.runners import check_runner, with_engine_defaults
+from pipelines.common import progress
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters

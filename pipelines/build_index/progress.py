@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines import runners
-from pipelines.progress import Meter, View
+from pipelines.build_index import runners
+from pipelines.common.progress import Meter, View
 from transforms import progress as counts
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.dedup.stages import feature_plan

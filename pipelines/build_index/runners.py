@@ -85,7 +85,7 @@ ENGINE_NAMES = ('flink', 'spark')
 # A job the engine restarts sooner gets the cached workers back, a killed one included, and fails again:
 # keep the engine's restart delay above it (engines/flink.py: 45 s).
 ENVIRONMENT_CACHE_MILLIS = 30_000
-# The SDK worker boot this installation provides for PROCESS environments (pipelines/sdk_worker.py).
+# The SDK worker boot this installation provides for PROCESS environments (pipelines/build_index/sdk_worker.py).
 SDK_WORKER = 'ragsieve-sdk-worker'
 def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     """Gives a build sent to a Flink or Spark cluster SDK workers that need no Docker, kept across stages.

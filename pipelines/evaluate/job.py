@@ -8,7 +8,7 @@ computes the filter features once per chunker and then scores 17 filters
 that only *select subsets* of those chunks: as a Beam pipeline each subset
 would re-run or re-materialize the whole chain, while in process a filter
 costs one pass of its `dedup` function and one exact FAISS search. The build
-job (`build_index.py`) is where the same functions run at scale. Grid
+job (`pipelines/build_index/`) is where the same functions run at scale. Grid
 parsing is `evaluation.grid`, one chunker's run `evaluation.scoring`, the
 metrics `evaluation.metrics`, reporting `evaluation.report`.
 
@@ -29,15 +29,15 @@ import functools
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from pipelines import cli, ranking_flags
-from pipelines import progress as progress_view
+from pipelines import cli
+from pipelines.common import progress as progress_view
+from pipelines.common import ranking_flags
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
 from transforms.dedup.config import FilterConfig
@@ -71,7 +71,7 @@ from transforms.query import retrieval as ranking
 
 LOG = logging.getLogger('ragsieve.evaluate')
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CHROMA_DATA = REPO_ROOT.parent / 'shared' / 'data' / 'chroma'
 
 def default_cache() -> Path:
@@ -96,7 +96,7 @@ class EvaluateConfig:
       batch_size: Texts per forward pass of the embedding model.
       embedding_model: sentence-transformers model name or path.
       lemma_model: spaCy package for the `preprocessed` lemmas.
-      progress: `auto`, `bar`, `log` or `none` (`pipelines.progress.MODES`): how the
+      progress: `auto`, `bar`, `log` or `none` (`pipelines.common.progress.MODES`): how the
         run shows its steps and the grid cells scored.
       progress_interval: Seconds between two lines of `log`.
       cache: Root of a feature cache (embeddings, entities) kept between
@@ -456,8 +456,3 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
           + f" in {summary['seconds']['total']:.0f} s -> {config.output}")
     return summary
 
-
-if __name__ == '__main__':
-    from pipelines import cli
-
-    sys.exit(cli.run_and_report('evaluate', run, sys.argv[1:]))

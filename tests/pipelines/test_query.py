@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from pipelines import build_index, cli, query
+from pipelines import cli, query
+from pipelines.build_index import job as build_index
 from transforms.query.retriever import Retriever
 
 PASTA_NEW = 'Cook the pasta in plenty of salted boiling water until it is al dente.'

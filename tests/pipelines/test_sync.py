@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from pipelines import build_index, cli
+from pipelines import cli
+from pipelines.build_index import job as build_index
 from pipelines import sync as sync_job
 from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests
 from transforms.output import publish

@@ -12,7 +12,8 @@ import grpc
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import cli, engine_job
+from pipelines import cli
+from pipelines.build_index import engine_job
 
 
 class FakeResult:

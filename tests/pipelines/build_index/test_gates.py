@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 
-from pipelines import build_gates, cli
-from pipelines.build_manifest import Target
-from pipelines.build_options import BuildConfig
+from pipelines import cli
+from pipelines.build_index import gates as build_gates
+from pipelines.build_index.manifest import Target
+from pipelines.build_index.options import BuildConfig
 from tests.helpers import REPO
 from transforms.chunking.chunkers import ChunkerConfig
 from transforms.features import cache as feature_cache

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import PORTABLE_PROBE, portable_mkl_cbwr
 from transforms.output import tables
 from transforms.text import content_hash

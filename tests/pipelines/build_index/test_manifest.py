@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from pipelines.build_manifest import previous_build
+from pipelines.build_index.manifest import previous_build
 from tests.helpers import write_tiny_build
 from transforms.output import snapshots
 

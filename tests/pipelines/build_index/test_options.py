@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines import build_options
+from pipelines.build_index import options as build_options
 
 
 def test_filter_settings_from_config_file(tmp_path):

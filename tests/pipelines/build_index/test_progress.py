@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipelines import build_progress
+from pipelines.build_index import progress as build_progress
 from transforms import progress as counts
 
 
@@ -81,7 +81,7 @@ def test_reporting_sets_and_restores_the_address_and_token(monkeypatch):
 def test_a_listener_that_cannot_bind_leaves_the_build_without_live_counts(monkeypatch):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.progress import Meter, View
+    from pipelines.common.progress import Meter, View
 
     def no_socket(*args, **kwargs):
         raise OSError(99, 'Cannot assign requested address')

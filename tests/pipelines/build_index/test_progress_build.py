@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import REPO, data_files
 
 # Small chunks in small batches: ~150 chunks, the embed meter moves many times.

@@ -3,7 +3,7 @@
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import runners
+from pipelines.build_index import runners
 
 
 @pytest.mark.parametrize('flags', [(), ('--runner', 'DirectRunner'), ('--runner', 'direct')])

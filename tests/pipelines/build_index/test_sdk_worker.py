@@ -9,7 +9,7 @@ from apache_beam.portability.api import beam_provision_api_pb2, endpoints_pb2
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.worker import sdk_worker_main
 
-from pipelines import sdk_worker
+from pipelines.build_index import sdk_worker
 
 FLAGS = ['--id=1-2', '--provision_endpoint=localhost:7', '--control_endpoint=localhost:8',
          '--logging_endpoint=localhost:9', '--artifact_endpoint=localhost:10', '--semi_persistent_directory=/tmp/w',

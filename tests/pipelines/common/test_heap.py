@@ -3,7 +3,7 @@
 import gc
 import sys
 
-from pipelines import heap
+from pipelines.common import heap
 
 
 def test_loading_pauses_collection_and_freezes_what_it_loaded():

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from pipelines import progress
-from pipelines.progress import Meter
+from pipelines.common import progress
+from pipelines.common.progress import Meter
 
 
 class Terminal(io.StringIO):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipelines import third_party
+from pipelines.common import third_party
 from tests.helpers import REPO
 
 # Beam imported where apache-beam[gcp]'s apitools does not import, as on a fresh install without it.

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from pipelines import cli, evaluate
+from pipelines import cli
+from pipelines.evaluate import job as evaluate
 from tests.helpers import BEIR_MINI, CHROMA, SQUAD, _chunk
 from transforms.dedup.config import FilterConfig, parse_filters
 from transforms.evaluation import grid as eval_grid
