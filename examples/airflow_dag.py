@@ -49,7 +49,7 @@ INPUT = os.environ.get('RAGSIEVE_INPUT', '/data/docs')
 OUTPUT = os.environ.get('RAGSIEVE_OUTPUT', '/data/index')
 KEEP_RUNS = 7
 
-# `ragsieve build`'s exit statuses (pipelines/cli.py EXIT_CODES).
+# `ragsieve build`'s exit statuses (pipelines/common/exits.py EXIT_CODES).
 OK, FAILED, SYNC_FAILED, REFUSED = 0, 2, 4, 5
 RUN_EXISTS = 'already exists under'
 # What an earlier try left, read with ragsieve's own code (local or object storage): LATEST and the run's gates.

@@ -106,9 +106,9 @@ def reasons_table() -> str:
 
 
 def exit_codes_table() -> str:
-    from pipelines import cli
+    from pipelines.common import exits
 
-    return cli.exit_codes_table()
+    return exits.exit_codes_table()
 
 
 # Table name -> (docs page, generator); the README is `../README.md`.

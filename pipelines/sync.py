@@ -15,9 +15,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipelines import cli
 from pipelines.common import progress as progress_view
-from pipelines.cli import DRIFT, SYNC_FAILED
+from pipelines.common.exits import DRIFT, SYNC_FAILED, say
 from transforms.output import snapshots
 from transforms.output.digests import check_files
 from transforms.sync import run_check
@@ -157,13 +156,13 @@ def run(argv: Optional[Sequence[str]] = None) -> Report:
         report = sync(args.index, args.to, args.verify, args.batch_rows, view, deep=args.deep, wait=args.wait)
     if args.verify:
         rejected = f' ({len(report.rejected)} more it cannot hold)' if report.rejected else ''
-        cli.say(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
+        say(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
     else:
-        cli.say(report.line())  # synced: printing it cannot change that
+        say(report.line())  # synced: printing it cannot change that
     return report
 
 
 if __name__ == '__main__':
-    from pipelines import cli
+    from pipelines.common.failures import run_and_report
 
-    sys.exit(cli.run_and_report('sync', run, sys.argv[1:]))
+    sys.exit(run_and_report('sync', run, sys.argv[1:]))

@@ -2,10 +2,10 @@
 
 import sys
 
-from pipelines import cli
 from pipelines.build_index.job import run
 from pipelines.common import heap
+from pipelines.common.failures import run_and_report
 
-status = cli.run_and_report('build', run, sys.argv[1:])
+status = run_and_report('build', run, sys.argv[1:])
 heap.spare_exit()
 sys.exit(status)

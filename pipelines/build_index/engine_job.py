@@ -31,11 +31,10 @@ from urllib.parse import urlsplit
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.build_index import runners
+from pipelines.common.exits import JOB_FAILED
 
 LOG = logging.getLogger('ragsieve.build')
 
-# Exit status of a job an engine failed or cancelled (pipelines/cli.py JOB_FAILED).
-JOB_FAILED = 6
 # Longer than what a sound build spends without a count (its SDK workers' start and model load, an index's
 # training at a few million chunks), far shorter than "forever".
 DEFAULT_STALL_SECONDS = 900.0

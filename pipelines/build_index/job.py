@@ -12,11 +12,10 @@ from typing import NamedTuple, Optional, Sequence
 
 from pipelines.common import third_party
 
-with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before cli does
+with third_party.quiet_imports():  # `python -m pipelines.build_index` imports Beam here, before the command line does
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import cli
 from pipelines.build_index import dataflow_job, engine_job, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
@@ -32,6 +31,7 @@ from pipelines.build_index.manifest import (
 )
 from pipelines.build_index.options import BuildConfig, BuildIndexOptions, parse_args
 from pipelines.common import heap, progress
+from pipelines.common.exits import say
 from transforms import storage
 from transforms.chunking.chunk_documents import ChunkDocuments
 from transforms.dedup.config import FilterConfig
@@ -261,14 +261,14 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         except BaseException:
             discard(config, target)
             raise
-    cli.say(summary(manifest, config, target))  # published: printing it cannot change that
+    say(summary(manifest, config, target))  # published: printing it cannot change that
     if config.sync:
         from pipelines import sync
 
         # After publishing: a store that cannot be written leaves the index published, and says so (exit 4).
         with progress.View(flags.progress, flags.progress_interval, LOG) as view:
             report = sync.sync_published(config.output, config.sync, manifest['run_id'], view)
-        cli.say(report.line())
+        say(report.line())
     return manifest
 
 

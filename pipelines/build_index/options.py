@@ -18,10 +18,10 @@ from typing import Optional, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli
 from pipelines.build_index import dataflow_job, engine_job
 from pipelines.build_index.runners import check_runner, with_engine_defaults
 from pipelines.common import progress
+from pipelines.common.flags import beam_flag_parser, check_known_flags
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
 from transforms.dedup.config import BOOST_MODES, FilterConfig, parse_filters
@@ -392,8 +392,8 @@ def config_flags(path: str) -> list[str]:
         raise ValueError(f'cannot read --config {path}: {" ".join(str(e).split())}') from e
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
-    cli.check_known_flags([], [str(k) for k in values], path)
-    parser = cli.beam_flag_parser()
+    check_known_flags([], [str(k) for k in values], path)
+    parser = beam_flag_parser()
     actions = {s[2:]: a for a in parser._actions for s in a.option_strings if s.startswith('--')}
     flags = []
     for key, value in values.items():
@@ -494,7 +494,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> PipelineOptions:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument('--config')
     known, _ = pre.parse_known_args(argv)
-    cli.check_known_flags(argv)
+    check_known_flags(argv)
     if known.config:
         argv = config_flags(known.config) + argv
     options = PipelineOptions(argv)

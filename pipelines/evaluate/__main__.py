@@ -2,7 +2,7 @@
 
 import sys
 
-from pipelines import cli
+from pipelines.common.failures import run_and_report
 from pipelines.evaluate.job import run
 
-sys.exit(cli.run_and_report('evaluate', run, sys.argv[1:]))
+sys.exit(run_and_report('evaluate', run, sys.argv[1:]))

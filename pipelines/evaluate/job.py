@@ -35,9 +35,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from pipelines import cli
 from pipelines.common import progress as progress_view
 from pipelines.common import ranking_flags
+from pipelines.common.flags import OneLineParser
 from transforms.chunking.chunkers import CHUNKER_PARAMS, CHUNKERS, ChunkerConfig
 from transforms.dedup import registry
 from transforms.dedup.config import FilterConfig
@@ -345,7 +345,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def parser() -> argparse.ArgumentParser:
     """The evaluation's flags."""
-    parser = cli.OneLineParser(
+    parser = OneLineParser(
         prog='ragsieve evaluate',
         description='Score chunkers x redundancy filters on a QA dataset, as the chunk-filtering study.')
     parser.add_argument('--dataset', type=str, choices=DATASETS, default=CHROMA,

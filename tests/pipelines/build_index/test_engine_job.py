@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli
 from pipelines.build_index import engine_job
+from pipelines.common import exits, failures
 
 
 class FakeResult:
@@ -67,7 +68,7 @@ def test_a_job_without_progress_is_cancelled_and_ends_in_one_line():
                                                   r'\(--engine_stall_timeout\): cancelled through the job service'):
         engine_job.wait(result, flink(), lambda: {'read.files': 2}, 0.3, poll=0.05)
     assert result.cancelled.is_set() and time.monotonic() - started < 5
-    assert engine_job.JobEnded.exit_code == cli.JOB_FAILED
+    assert engine_job.JobEnded.exit_code == exits.JOB_FAILED
 
 
 def test_a_job_whose_counts_move_is_never_stalled():
@@ -204,7 +205,7 @@ def test_job_ended_is_one_line_and_exit_6(capsys):
         raise engine_job.JobEnded('error: the job made no progress on spark for 60 s (--engine_stall_timeout): '
                                   'cancelled through the job service; nothing was published')
 
-    assert cli.run_and_report('build', run, []) == 6
+    assert failures.run_and_report('build', run, []) == 6
     assert capsys.readouterr().err.splitlines() == [
         'ragsieve build: error: the job made no progress on spark for 60 s (--engine_stall_timeout): '
         'cancelled through the job service; nothing was published']
@@ -218,7 +219,7 @@ def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, cap
     (tmp_path / 'docs' / 'a.md').write_text('# A\n\nSome text.\n')
     started = time.monotonic()
     assert cli.main(['build', '--input', str(tmp_path / 'docs'), '--output', str(tmp_path / 'out'),
-                     '--runner', 'FlinkRunner', '--flink_master', f'localhost:{port}']) == cli.FAILED
+                     '--runner', 'FlinkRunner', '--flink_master', f'localhost:{port}']) == exits.FAILED
     assert time.monotonic() - started < 10
     assert capsys.readouterr().err.splitlines() == [
         f'ragsieve build: error: --flink_master localhost:{port}: nothing answers there (Connection refused); '
