@@ -29,7 +29,8 @@ from pipelines.build_index.manifest import (
     previous_build,
     summary,
 )
-from pipelines.build_index.options import BuildConfig, BuildIndexOptions, parse_args
+from pipelines.build_index.command_line import parse_args
+from pipelines.build_index.options import BuildConfig, BuildIndexOptions
 from pipelines.common import heap, progress
 from pipelines.common.exits import say
 from transforms import storage

@@ -8,7 +8,7 @@ import importlib.util
 
 from pipelines.build_index import job as build_index
 from pipelines.build_index import dataflow_job
-from pipelines.build_index.options import parse_args
+from pipelines.build_index.command_line import parse_args
 from tests.helpers import REPO, engine_missing
 
 if not (importlib.util.find_spec('google.cloud.storage') and importlib.util.find_spec('build')):
