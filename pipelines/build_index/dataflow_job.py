@@ -33,7 +33,7 @@ def translate(config, options: PipelineOptions, build_pipeline, dim: int, model)
     Args:
       config: The build's settings.
       options: Its pipeline options (DataflowRunner, --dry_run).
-      build_pipeline: `build_index.build_pipeline`.
+      build_pipeline: `pipeline.build_pipeline`.
       dim: The embedding dimension.
       model: The model handle the build's stages carry.
 

@@ -1,4 +1,10 @@
-"""Build job: documents -> chunks -> embeddings -> Parquet tables and a FAISS index."""
+"""Build job: documents -> chunks -> embeddings -> Parquet tables and a FAISS index; `run` launches and publishes it.
+
+`run` reads the flags, locks and picks the run's directory (target.py),
+loads and checks the models (checks.py), runs the stages (pipeline.py) on
+the runner the flags name, then writes the manifest, checks the gates and
+publishes.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.build_index import dataflow_job, engine_job, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
+from pipelines.build_index.checks import check_model, check_ner, check_precision
+from pipelines.build_index.command_line import parse_args
 from pipelines.build_index.manifest import (
     DIFF_FILE,
     Target,
@@ -26,195 +34,23 @@ from pipelines.build_index.manifest import (
     job_counters,
     log_filters,
     make_manifest,
-    previous_build,
     summary,
 )
-from pipelines.build_index.command_line import parse_args
 from pipelines.build_index.options import BuildConfig, BuildIndexOptions
+from pipelines.build_index.pipeline import build_pipeline
+from pipelines.build_index.target import build_locks, check_paths, discard, prepare_target
 from pipelines.common import heap, progress
 from pipelines.common.exits import say
 from transforms import storage
-from transforms.chunking.chunk_documents import ChunkDocuments
-from transforms.dedup.config import FilterConfig
-from transforms.dedup.stages import FilterChunks
 from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import cache_specs
 from transforms.features import precision as precisions
-from transforms.features.embedding import SharedModel, precision_check
-from transforms.ingest import read
-from transforms.ingest.listing import check_input, input_size
-from transforms.lineage import lossless, represents
+from transforms.features.embedding import SharedModel
+from transforms.ingest.listing import input_size
+from transforms.lineage import lossless
 from transforms.output import changes, digests, publish, snapshots, tables
-from transforms.output.writers import WriteIndex
-from transforms.types import Chunk, Dropped
 
 LOG = logging.getLogger('ragsieve.build')
-
-
-def build_pipeline(
-    p: beam.Pipeline,
-    config: BuildConfig,
-    output: str,
-    dim: int,
-    model: Optional[SharedModel] = None,
-    cache: Optional[feature_cache.CacheRun] = None,
-) -> dict:
-    """Adds the build stages to `p`, writing under `output`.
-
-    Args:
-      p: The pipeline.
-      config: The validated build settings.
-      output: Directory the outputs are written to.
-      dim: Embedding dimension (for an empty index).
-      model: Handle of the embedding model; a new one by default. Passing the
-        handle the launcher already loaded lets an in-process runner reuse it.
-      cache: The feature cache to read and to write this run's generation
-        to; per-chunk features are computed only for chunks it misses.
-
-    Returns:
-      The PCollections 'documents', 'rejected', 'chunks' (before filtering,
-      with cached features only: the rest are computed lazily), 'kept'
-      (Chunk: the index's rows, kept chunks, all embedded, with `represents`,
-      and delta chunks) and 'dropped' (Dropped, with the features each chunk
-      had when dropped).
-    """
-    model = model or SharedModel.of(config.embedding)
-    inputs = p | 'ReadDocuments' >> read.ReadDocuments(
-        config.input, config.max_doc_chars, config.max_file_bytes, config.max_metadata_bytes)
-    chunks = inputs['documents'] | 'ChunkDocuments' >> ChunkDocuments(
-        model, config.chunker, config.embedding.batch_size, cache)
-    if cache:
-        chunks = chunks | 'JoinCachedFeatures' >> feature_cache.JoinCachedFeatures(cache)
-    # Features are computed lazily, just before the first filter that needs
-    # each; the kept chunks come out embedded.
-    filtered = chunks | 'FilterChunks' >> FilterChunks(config.filters, model, config.embedding)
-    kept = filtered['kept']
-    if cache:
-        _ = ((kept, filtered['dropped'] | 'DroppedChunks' >> beam.Map(dropped_chunk))
-             | 'FilteredChunks' >> beam.Flatten()
-             | 'WriteFeatureCache' >> feature_cache.WriteFeatureCache(cache))
-    traced = {'documents': inputs['documents'], 'kept': kept, 'dropped': filtered['dropped']} | (
-        'TraceDuplicates' >> represents.TraceDuplicates(
-            len(config.filters.specs), config.filters.deltas, config.filters.semantic_deltas, model,
-            config.embedding))
-    kept = traced['chunks']
-    _ = traced['tallies'] | 'WriteLosslessAudit' >> lossless.WriteLosslessAudit(output)
-    _ = {
-        'chunks': kept, 'rejected': inputs['rejected'], 'dropped': filtered['dropped'],
-        'documents': inputs['documents'],
-    } | 'WriteIndex' >> WriteIndex(output, dim, config.num_shards, config.index)
-    return {
-        'documents': inputs['documents'], 'rejected': inputs['rejected'], 'chunks': chunks,
-        'kept': kept, 'dropped': filtered['dropped'],
-    }
-
-
-def dropped_chunk(dropped: Dropped) -> Chunk:
-    """The chunk of a dropped row, with the features it had when dropped."""
-    return dropped.chunk
-
-
-def check_model(config: BuildConfig, model) -> tuple[int, int]:
-    """Checks the model loaded on the launcher, before any worker starts.
-
-    Returns:
-      `(dim, max_seq_length)` of the model.
-    """
-    if config.chunker.chunk_size > model.max_seq_length:
-        LOG.warning(
-            'chunk_size %d exceeds the model max_seq_length %d: longer chunks are truncated '
-            'when embedded', config.chunker.chunk_size, model.max_seq_length)
-    return model.get_embedding_dimension(), model.max_seq_length
-
-
-def sample_chunk_texts(config: BuildConfig, model, n: int = precisions.SAMPLE) -> list[str]:
-    """A fixed, seeded sample of this corpus's chunk texts, read on the launcher before the pipeline.
-
-    Reads the input's files in listing order until it has four times `n`
-    chunks (or the files end), so a large corpus costs a few files.
-    """
-    from transforms.chunking.chunk_documents import document_spans
-    from transforms.ingest.listing import expand_input
-    from transforms.types import Document
-
-    root, paths = expand_input(config.input)
-    texts: list[str] = []
-    for path in paths:
-        for record in read.read_file(path, root, config.max_doc_chars, config.max_file_bytes,
-                                     config.max_metadata_bytes):
-            if isinstance(record, Document):
-                spans = document_spans(record, config.chunker, model, config.embedding.batch_size)
-                texts.extend(record.text[start:end] for start, end, _ in spans)
-        if len(texts) >= 4 * n:
-            break
-    return precisions.sample_texts(texts, n)
-
-
-def check_precision(config: BuildConfig, model) -> Optional[dict]:
-    """With a reduced precision, checks its vectors against fp32's on a sample of the corpus's chunks.
-
-    Returns:
-      The manifest's `embedding.precision_check`, or None in fp32.
-
-    Raises:
-      ValueError: When the minimum cosine is below `precision.MIN_COSINE`.
-    """
-    if config.embedding.precision == precisions.FP32:
-        return None
-    check = precision_check(model, sample_chunk_texts(config, model), config.embedding.batch_size)
-    LOG.info('--embed_precision %s: min cosine %.6f, mean %.6f to fp32 on %d sampled chunks',
-             check.precision, check.min_cosine, check.mean_cosine, check.sample)
-    return dataclasses.asdict(check)
-
-
-def check_ner(config: FilterConfig) -> Optional[dict]:
-    """Loads the spaCy model on the launcher when a filter needs entities.
-
-    Returns:
-      The model's meta.json (name, version, ...), or None when no filter needs entities.
-
-    Raises:
-      ValueError: If the model cannot be loaded or a label is one it never predicts.
-    """
-    if not config.needs_entities:
-        return None
-    from transforms.features.entities import load_ner
-
-    settings = config.features
-    nlp = load_ner(settings.spacy_model)
-    if settings.entity_labels is not None:
-        unknown = set(settings.entity_labels) - set(nlp.get_pipe('ner').labels)
-        if unknown:
-            raise ValueError(
-                f'--entity_labels {sorted(unknown)} are not predicted by {settings.spacy_model!r} '
-                f'(it predicts {sorted(nlp.get_pipe("ner").labels)})')
-    return dict(nlp.meta)
-
-
-def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
-    """Picks this run's directory and deletes what killed runs left behind.
-
-    Call with the output's lock held (see `build_locks`).
-
-    Returns:
-      The target and the deleted leftovers.
-
-    Raises:
-      ValueError: If the output cannot be replaced or the run id is taken.
-    """
-    debris = feature_cache.delete_incomplete(config.cache) if config.cache else []
-    if not config.versioned:
-        debris += publish.clean_staging(config.output)
-        publish.check_replaceable(config.output)
-        previous, _ = previous_build(config.output, versioned=False)
-        return Target(snapshots.new_run_id(), publish.staging_path(config.output), previous, None), debris
-    debris += snapshots.clean_debris(config.output)
-    run_id = config.run_id or snapshots.new_run_id()
-    directory = snapshots.run_dir(config.output, run_id)
-    if storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
-        raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
-    previous, previous_run_id = previous_build(config.output, versioned=True)
-    return Target(run_id, directory, previous, previous_run_id), debris
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:
@@ -308,48 +144,6 @@ def with_shards(config: BuildConfig, input_bytes: int) -> BuildConfig:
     if config.num_shards:
         return config
     return dataclasses.replace(config, num_shards=tables.default_num_shards(input_bytes))
-
-
-def check_paths(config: BuildConfig) -> None:
-    """Refuses outputs and caches that cannot be written, before any work.
-
-    Raises:
-      ValueError: If --input lists no file or overlaps --output or --cache,
-        --output or --cache names an existing file, or --versioned names a
-        directory that is no versioned root.
-    """
-    check_input(config.input, {'--output': config.output, '--cache': config.cache})
-    if config.versioned:
-        snapshots.check_root(config.output)
-    else:
-        publish.check_replaceable(config.output)
-    if config.cache and not storage.is_remote(config.cache):
-        import os
-
-        if os.path.exists(config.cache) and not os.path.isdir(config.cache):
-            raise ValueError(f'--cache {config.cache!r} is a file, not a directory')
-
-
-def build_locks(config: BuildConfig) -> list[tuple[str, str]]:
-    """`(lock file, root it guards)` of the output and of the cache, in a fixed order."""
-    output = config.output
-    locks = {(posixpath.join(output, snapshots.LOCK_FILE) if config.versioned
-              else snapshots.plain_lock_path(output), output)}
-    if config.cache:
-        locks.add((posixpath.join(config.cache, snapshots.LOCK_FILE), config.cache))
-    return sorted(locks)
-
-
-def discard(config: BuildConfig, target: Target) -> None:
-    """Deletes what a failed run wrote: its staging directory, or its run unless complete."""
-    try:
-        if not storage.has_files(target.directory):
-            return  # nothing written yet, or a plain run that was published
-        if config.versioned and storage.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
-            return  # complete: a valid run even if LATEST does not name it
-        storage.delete_trees([target.directory])
-    except Exception:  # the run's own error matters more; the next run cleans up
-        LOG.exception('could not delete %s', target.directory)
 
 
 class Models(NamedTuple):
@@ -494,4 +288,3 @@ def check_not_empty(manifest: dict, config: BuildConfig, directory: str) -> None
     raise ValueError(
         f'no document was indexed from {counts["files"]} files (rejected: {reasons}{shown}): nothing '
         'was published; pass --allow_empty to publish an empty index')
-

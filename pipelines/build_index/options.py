@@ -238,7 +238,7 @@ class BuildConfig:
     allow_empty: bool = False
     prune_grace_seconds: float = snapshots.DEFAULT_PRUNE_GRACE_SECONDS
     lease_seconds: float = leases.DEFAULT_SECONDS
-    # 0 until the launcher sizes it from the input (`build_index.with_shards`).
+    # 0 until the launcher sizes it from the input (`job.with_shards`).
     num_shards: int = 1
     index: indexes.IndexConfig = indexes.IndexConfig()
     gates: publish_gates.GateConfig = publish_gates.GateConfig()
