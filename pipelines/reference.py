@@ -53,9 +53,9 @@ def query_flags() -> str:
 
 
 def evaluate_flags() -> str:
-    from pipelines.evaluate import job as evaluate
+    from pipelines.evaluate import options
 
-    return flags_table(evaluate.parser())
+    return flags_table(options.parser())
 
 
 def publish_flags() -> str:

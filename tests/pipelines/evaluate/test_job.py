@@ -1,4 +1,4 @@
-"""The evaluation job: config, filters over the grid, and end-to-end runs."""
+"""The evaluation job: filters over the grid, and end-to-end runs on each kind of dataset."""
 
 import csv
 import json
@@ -10,23 +10,11 @@ import pytest
 
 from pipelines import cli
 from pipelines.evaluate import job as evaluate
+from pipelines.evaluate import options
 from tests.helpers import BEIR_MINI, CHROMA, SQUAD, _chunk
 from transforms.dedup.config import FilterConfig, parse_filters
-from transforms.evaluation import grid as eval_grid
 from transforms.evaluation import report as eval_report
 from transforms.evaluation.scoring import apply_filters
-
-
-def test_config_validation():
-    kwargs = dict(dataset='chroma', data=str(CHROMA), output='out',
-                  chunkers=tuple(eval_grid.parse_chunkers('fixed:100')),
-                  filters=tuple(eval_grid.parse_filter_grid('none')))
-    evaluate.EvaluateConfig(**kwargs)
-    for change, message in [({'k': 0}, 'k must be'), ({'max_questions': 0}, 'max_questions'),
-                            ({'variants': ('stemmed',)}, 'variants'), ({'dataset': 'x'}, 'dataset'),
-                            ({'chunkers': ()}, 'chunker'), ({'batch_size': 0}, 'batch_size')]:
-        with pytest.raises(ValueError, match=message):
-            evaluate.EvaluateConfig(**{**kwargs, **change})
 
 
 def test_end_to_end_chroma(tmp_path, embedding_model, caplog):
@@ -34,7 +22,7 @@ def test_end_to_end_chroma(tmp_path, embedding_model, caplog):
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out),
             '--chunkers', 'recursive:40:10,fixed:32:0', '--filters', 'none,exact,similarity@0.8',
             '--max_questions', '4', '--progress', 'log']
-    config = evaluate.config_from_args(evaluate.parse_args(argv))
+    config = options.config_from_args(options.parse_args(argv))
     caplog.set_level(logging.INFO, logger='ragsieve.evaluate')
     summary = evaluate.evaluate(config, model=embedding_model)
     assert summary['questions'] == 4
@@ -71,7 +59,7 @@ def test_covered_rows_and_hits_expanded_at_query_time(tmp_path, embedding_model)
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out), '--chunkers', 'fixed:40:20',
             '--filters', 'none,covered,covered:expand,covered:pool,cascade+covered', '--max_questions', '8',
             '--variants', 'raw', '--no_progress']
-    evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    evaluate.evaluate(options.config_from_args(options.parse_args(argv)), model=embedding_model)
     with (out / 'results.csv').open() as f:
         rows = {r['filter']: r for r in csv.DictReader(f)}
     assert [rows[n]['method'] for n in ('covered:expand', 'cascade+covered')] == [
@@ -94,29 +82,21 @@ def test_a_second_run_reuses_the_cached_features(tmp_path, embedding_model):
             '--filters', 'none,ner_exact', '--max_questions', '4', '--variants', 'raw', '--no_progress',
             '--cache', str(tmp_path / 'cache')]
     first = evaluate.evaluate(
-        evaluate.config_from_args(evaluate.parse_args([*argv, '--output', str(tmp_path / 'a')])), model=embedding_model)
+        options.config_from_args(options.parse_args([*argv, '--output', str(tmp_path / 'a')])), model=embedding_model)
     assert first['cache']['loaded'] == {'embedding': 0, 'entities': 0}
     assert first['cache']['computed']['embedding'] > 0 and first['cache']['computed']['entities'] > 0
     second = evaluate.evaluate(
-        evaluate.config_from_args(evaluate.parse_args([*argv, '--output', str(tmp_path / 'b')])), model=embedding_model)
+        options.config_from_args(options.parse_args([*argv, '--output', str(tmp_path / 'b')])), model=embedding_model)
     # Chunks, semantic pieces, questions and entities all come from the cache.
     assert second['cache']['computed'] == {'embedding': 0, 'entities': 0}
     assert second['cache']['loaded'] == {f: n for f, n in first['cache']['computed'].items()}
     assert (tmp_path / 'a' / 'results.csv').read_bytes() == (tmp_path / 'b' / 'results.csv').read_bytes()
     # A run with another grid and no room beyond its own entries drops the entries it did not use.
     other = [*argv[:5], 'fixed:100:0', *argv[6:], '--cache_max_bytes', '0', '--output', str(tmp_path / 'c')]
-    third = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(other)), model=embedding_model)
-    fourth = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(other)), model=embedding_model)
+    third = evaluate.evaluate(options.config_from_args(options.parse_args(other)), model=embedding_model)
+    fourth = evaluate.evaluate(options.config_from_args(options.parse_args(other)), model=embedding_model)
     assert fourth['cache']['computed'] == {'embedding': 0, 'entities': 0}
     assert fourth['cache']['loaded']['embedding'] < third['cache']['loaded']['embedding']
-
-
-def test_default_cache_is_the_users_cache_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
-    config = evaluate.config_from_args(evaluate.parse_args(['--output', str(tmp_path / 'out')]))
-    assert config.cache == str(tmp_path / 'ragsieve' / 'evaluate')
-    config = evaluate.config_from_args(evaluate.parse_args(['--output', str(tmp_path), '--cache', 'none']))
-    assert config.cache is None
 
 
 def test_end_to_end_squad_through_the_cli(tmp_path):
@@ -139,19 +119,12 @@ def test_hybrid_retrieval_through_the_query_ranking(tmp_path, embedding_model):
     argv = ['--dataset', 'chroma', '--data', str(CHROMA), '--output', str(out), '--chunkers', 'recursive:40:10',
             '--filters', 'none,exact', '--max_questions', '4', '--variants', 'raw', '--no_progress',
             '--retrieval', 'hybrid']
-    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    summary = evaluate.evaluate(options.config_from_args(options.parse_args(argv)), model=embedding_model)
     assert summary['retrieval'] == 'hybrid'
     with (out / 'results.csv').open() as f:
         rows = list(csv.DictReader(f))
     assert [(r['retrieval'], r['method']) for r in rows] == [('hybrid', 'No filtering'), ('hybrid', 'ExactNorm')]
     assert all(0.0 < float(r['recall']) <= 1.0 for r in rows)
-
-
-def test_cli_errors(tmp_path, capsys):
-    assert cli.main(['evaluate', '--output', str(tmp_path), '--chunkers', 'fixed:400:400']) == 2
-    assert 'ragsieve evaluate: error: chunk_overlap' in capsys.readouterr().err
-    assert cli.main(['evaluate', '--dataset', 'squad', '--output', str(tmp_path)]) == 2
-    assert '--data is required' in capsys.readouterr().err
 
 
 def test_apply_filters_runs_the_grid_filters_in_order():
@@ -181,7 +154,7 @@ def beir_rows(tmp_path, embedding_model, *flags):
     out = tmp_path / 'out'
     argv = ['--dataset', 'beir', '--data', str(BEIR_MINI), '--output', str(out), '--chunkers', 'recursive:64:0',
             '--filters', 'none,exact', '--no_progress', *flags]
-    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    summary = evaluate.evaluate(options.config_from_args(options.parse_args(argv)), model=embedding_model)
     with (out / 'results.csv').open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)
@@ -225,20 +198,12 @@ def test_rejected_questions_are_counted_in_the_results(tmp_path, embedding_model
     out = tmp_path / 'out'
     argv = ['--dataset', 'chroma', '--data', str(data), '--output', str(out), '--chunkers', 'fixed:64:0',
             '--filters', 'none', '--variants', 'raw', '--no_progress']
-    summary = evaluate.evaluate(evaluate.config_from_args(evaluate.parse_args(argv)), model=embedding_model)
+    summary = evaluate.evaluate(options.config_from_args(options.parse_args(argv)), model=embedding_model)
     assert summary['questions'] == 5
     assert summary['rejected'] == {'count': 1, 'reasons': {'reference … is reversed': 1}}
     assert (out / 'rejected.csv').read_text().splitlines() == [
         'where,reason', f'{csv_path}:7,"reference [9, 2) is reversed"']
     assert json.loads((out / 'summary.json').read_text())['rejected']['count'] == 1
-
-
-def test_more_than_one_retrieval_is_for_beir_only():
-    with pytest.raises(ValueError, match='--retrieval takes one of'):
-        evaluate.config_from_args(evaluate.parse_args(['--output', 'o', '--retrieval', 'dense,hybrid']))
-    with pytest.raises(ValueError, match='retrievals must be distinct'):
-        evaluate.config_from_args(evaluate.parse_args(['--dataset', 'beir', '--data', 'd', '--output', 'o',
-                                                       '--retrieval', 'dense,splade']))
 
 
 @pytest.mark.parametrize('dataset,make,message', [
