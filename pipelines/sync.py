@@ -16,6 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from pipelines.common import progress as progress_view
+from pipelines.common.progress_meters import Meter
 from pipelines.common.exits import DRIFT, SYNC_FAILED, say
 from transforms.output import snapshots
 from transforms.output.digests import check_files
@@ -73,12 +74,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def meters(rows: int, verify: bool) -> list[progress_view.Meter]:
+def meters(rows: int, verify: bool) -> list[Meter]:
     """A sync's meters: the run's rows compared with the store, then (unless `verify`) rows upserted and deleted."""
-    compare = progress_view.Meter('compare', COMPARED, 'rows', total=rows, rate=True)
+    compare = Meter('compare', COMPARED, 'rows', total=rows, rate=True)
     if verify:
         return [compare]
-    return [compare, progress_view.Meter('upsert', UPSERTED, 'rows'), progress_view.Meter('delete', DELETED, 'rows')]
+    return [compare, Meter('upsert', UPSERTED, 'rows'), Meter('delete', DELETED, 'rows')]
 
 
 def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS,

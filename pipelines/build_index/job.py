@@ -39,7 +39,7 @@ from pipelines.build_index.manifest import (
 from pipelines.build_index.options import BuildConfig, BuildIndexOptions
 from pipelines.build_index.pipeline import build_pipeline
 from pipelines.build_index.target import build_locks, check_paths, discard, prepare_target
-from pipelines.common import heap, progress
+from pipelines.common import heap, progress, progress_meters
 from pipelines.common.exits import say
 from transforms import storage
 from transforms.features import cache as feature_cache
@@ -132,7 +132,7 @@ def list_input(config: BuildConfig, view: progress.View) -> tuple[BuildConfig, O
         return config, None
     with view.step('list input') as step:
         files, size = input_size(config.input)
-        step.detail = f'{files:,} files, {progress.size(size)}'
+        step.detail = f'{files:,} files, {progress_meters.size(size)}'
     return with_shards(config, size), files
 
 

@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.build_index import runners
-from pipelines.common.progress import Meter, View
+from pipelines.common.progress import View
+from pipelines.common.progress_meters import Meter
 from transforms import progress as counts
 from transforms.dedup.stage_parts import counter_namespace
 from transforms.dedup.stages import feature_plan

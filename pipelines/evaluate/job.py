@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pipelines.common import progress as progress_view
+from pipelines.common.progress_meters import Meter
 from pipelines.evaluate.options import EvaluateConfig, config_from_args, parse_args
 from transforms.dedup.config import FilterConfig
 from transforms.evaluation import ir_scoring, metrics
@@ -136,8 +137,8 @@ def show_grid(view: progress_view.View, config: EvaluateConfig) -> dict:
       `{'chunker': label}`, for the caller to set as it moves on.
     """
     current = {'chunker': ''}
-    view.show([progress_view.Meter('grid', CELLS, 'cells', total=len(config.chunkers) * len(config.filters), rate=True,
-                              note=lambda counts: current['chunker'])])
+    view.show([Meter('grid', CELLS, 'cells', total=len(config.chunkers) * len(config.filters), rate=True,
+                     note=lambda counts: current['chunker'])])
     return current
 
 

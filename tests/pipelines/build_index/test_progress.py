@@ -81,7 +81,8 @@ def test_reporting_sets_and_restores_the_address_and_token(monkeypatch):
 def test_a_listener_that_cannot_bind_leaves_the_build_without_live_counts(monkeypatch):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.common.progress import Meter, View
+    from pipelines.common.progress import View
+    from pipelines.common.progress_meters import Meter
 
     def no_socket(*args, **kwargs):
         raise OSError(99, 'Cannot assign requested address')
