@@ -11,7 +11,7 @@ index's bytes and one part, the BM25 step by the token ids bm25s holds.
 Also the launcher's own reads after the pipeline (the manifest's columns and
 the diff's state: ids and text hashes of every chunk).
 
-    python benchmarks/assemble_memory.py /tmp/scale/out-20000 /tmp/scale/out-160000
+    python benchmarks/studies/assemble_memory.py /tmp/scale/out-20000 /tmp/scale/out-160000
 """
 
 import argparse
@@ -22,20 +22,20 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEP = r'''
 import json, resource, sys
 sys.path.insert(0, {repo!r})
 import faiss, bm25s, numpy, pyarrow.parquet
-from transforms import indexes, write
+from transforms.output import changes, indexes, tables
 
 def peak_mib():
     with open('/proc/self/status') as f:
         return next(int(l.split()[1]) for l in f if l.startswith('VmHWM')) / 1024
 
 output, dim, step, index_type = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-rows = sum(p.num_rows for p in write.iter_parts(output + '/chunks', ['chunk_id']))
+rows = sum(p.num_rows for p in tables.iter_parts(output + '/chunks', ['chunk_id']))
 base = peak_mib()
 if step == 'faiss':
     indexes.write_faiss(rows, output, dim, indexes.IndexConfig(index_type))
@@ -43,9 +43,8 @@ elif step == 'bm25':
     indexes.write_bm25(rows, output)
 else:
     # What the launcher reads after the pipeline: the manifest's columns and the diff's state.
-    from pipelines import changes
-    write.read_table(output + '/chunks', ['doc_id']).column('doc_id').to_pylist()
-    write.read_table(output + '/dropped', ['doc_id', 'reason']).to_pylist()
+    tables.read_table(output + '/chunks', ['doc_id']).column('doc_id').to_pylist()
+    tables.read_table(output + '/dropped', ['doc_id', 'reason']).to_pylist()
     changes.diff_states(None, changes.load_state(output))
 print(json.dumps({{'rows': rows, 'base': base, 'peak': peak_mib()}}))
 '''

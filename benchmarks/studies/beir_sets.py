@@ -1,8 +1,8 @@
 """Writes IR sets in the BEIR layout for `ragsieve evaluate --dataset beir`, with gold-passage groups.
 
-    python benchmarks/beir_sets.py musique  --questions musique_train.json --corpus musique_train_corpus.json --out DIR
-    python benchmarks/beir_sets.py hotpotqa --questions hotpotqa_train.json --corpus hotpotqa_train_corpus.json --out DIR
-    python benchmarks/beir_sets.py chroma   --data ../shared/data/chroma --out DIR
+    python benchmarks/studies/beir_sets.py musique  --questions musique_train.json --corpus musique_train_corpus.json --out DIR
+    python benchmarks/studies/beir_sets.py hotpotqa --questions hotpotqa_train.json --corpus hotpotqa_train_corpus.json --out DIR
+    python benchmarks/studies/beir_sets.py chroma   --data ../shared/data/chroma --out DIR
 
 - `musique`, `hotpotqa`: multi-hop questions in the files of HippoRAG's
   repository (`data/*_train.json` and `*_train_corpus.json`, 100 questions
@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def multihop(kind: str, questions_path: Path, corpus_path: Path):

@@ -11,7 +11,7 @@ counts, whether the kept sets and each dropped chunk's keeper are
 identical, and the counters the Beam stage reported (verified_edges,
 capped_chunks, residual_edges, ...).
 
-    python benchmarks/build_kept.py --data ../shared/data/chroma --cache DIR \\
+    python benchmarks/studies/build_kept.py --data ../shared/data/chroma --cache DIR \\
         [--chunkers recursive:400:200,...] [--filters similarity,ner_half,...]
 """
 
@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def beam_kept(chunks, specs, settings) -> tuple[dict, dict]:

@@ -5,8 +5,8 @@ evaluation's defaults), computes MinHash signatures, and writes, per chunker
 and filter, the sorted kept chunk ids of `in_memory.apply_filter` (the evaluation's
 in-memory path) as JSON. Run it with PYTHONPATH set to each checkout and diff:
 
-    PYTHONPATH=/work/main python benchmarks/compare_kept.py --out /tmp/main.json
-    PYTHONPATH=. python benchmarks/compare_kept.py --out /tmp/branch.json --diff /tmp/main.json
+    PYTHONPATH=/work/main python benchmarks/studies/compare_kept.py --out /tmp/main.json
+    PYTHONPATH=. python benchmarks/studies/compare_kept.py --out /tmp/branch.json --diff /tmp/main.json
 """
 
 import argparse
@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHUNKERS = ('fixed:200:0', 'fixed:400:0', 'fixed:400:200', 'fixed:800:400',
             'recursive:200:0', 'recursive:400:0', 'recursive:400:200', 'recursive:800:400')
 FILTERS = ('exact', 'minhash@0.6', 'minhash@0.7', 'minhash@0.8')

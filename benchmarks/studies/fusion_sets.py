@@ -1,9 +1,9 @@
 """The hybrid ranking's fusion chosen across IR sets by leave-one-set-out (issue 40).
 
-    python benchmarks/fusion_sets.py --sets bench_out/beir/musique bench_out/beir/hotpotqa \\
+    python benchmarks/studies/fusion_sets.py --sets bench_out/beir/musique bench_out/beir/hotpotqa \\
         bench_out/beir/chroma --split chroma --out bench_out/fusion
 
-Each set (BEIR layout, `benchmarks/beir_sets.py`) is chunked `recursive:256:0`
+Each set (BEIR layout, `benchmarks/studies/beir_sets.py`) is chunked `recursive:256:0`
 and indexed twice, every chunk kept and through the cascade (exact, minhash,
 intra_doc: salience), as `ragsieve evaluate --dataset beir` does. `--split
 NAME` also cuts set NAME into one set per corpus (passage ids `corpus:N`),
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from transforms.query import retrieval  # noqa: E402
 

@@ -7,7 +7,7 @@ the minhash filter (`filters.minhash.drop_minhash_groups`: the same band
 keys, `bucket_edges` and `minhash_keepers` the build's DropNearDuplicates
 runs) is timed. Verification is O(n) per bucket, so time per chunk should stay flat.
 
-    python benchmarks/hot_bucket.py [--sizes 25000,50000,100000]
+    python benchmarks/studies/hot_bucket.py [--sizes 25000,50000,100000]
 """
 
 import argparse

@@ -10,7 +10,7 @@ distinct edges. The vectors are synthetic: the unit under test is the
 verification, not the model. Without the cap a block of 5,000 copies would
 yield 12.5 million edges; with it, edges and time should grow linearly.
 
-    python benchmarks/hot_cluster.py [--sizes 25000,50000,100000]
+    python benchmarks/studies/hot_cluster.py [--sizes 25000,50000,100000]
 """
 
 import argparse
@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def hot_members(n: int, dim: int = 384, noise: float = 0.005, seed: int = 0):

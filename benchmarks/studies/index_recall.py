@@ -10,7 +10,7 @@ the queries, at each nprobe (IVF) or efSearch (HNSW) setting. Also prints
 the index's size, its build time and the search time per query (one thread).
 
     python benchmarks/scale.py --sizes 160000 --keep /tmp/scale
-    python benchmarks/index_recall.py --output /tmp/scale/out-160000
+    python benchmarks/studies/index_recall.py --output /tmp/scale/out-160000
 """
 
 import argparse
@@ -21,7 +21,7 @@ import random
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TYPES = 'HNSW32;IVF256,Flat;IVF1024,Flat;IVF1024,PQ32;IVF1024,PQ16'
 
 

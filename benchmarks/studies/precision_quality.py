@@ -7,7 +7,7 @@ the last bits), embeds the 472 questions in fp32 as `ragsieve query` does,
 and prints the min / mean cosine of each chunk's two vectors and the mean
 overlap of the dense top 5 (target: min cosine >= 0.999, overlap >= 0.99).
 
-  python benchmarks/precision_quality.py --data ../shared/data/chroma
+  python benchmarks/studies/precision_quality.py --data ../shared/data/chroma
 """
 
 import argparse
@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 

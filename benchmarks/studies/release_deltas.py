@@ -15,7 +15,7 @@ transforms/lineage/sentences.py) found whole in a row of the unfiltered build
 that no row of the filtered build contains, and the build's own audit
 (manifest.json's `lossless`) when it has one.
 
-    python -m benchmarks.release_deltas [--wrap 75] [--chunk_size 200]
+    python -m benchmarks.studies.release_deltas [--wrap 75] [--chunk_size 200]
 """
 
 import argparse
@@ -26,10 +26,10 @@ import tempfile
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from benchmarks.hard_wrap import hard_wrap  # noqa: E402
+from benchmarks.studies.hard_wrap import hard_wrap  # noqa: E402
 
 RELEASES = (1, 2, 3)
 _NUMBER = re.compile(r'\b(1[89]\d\d|20\d\d|\d{1,3})\b')

@@ -1,6 +1,6 @@
 """How the hybrid ranking's relevance floor trades found hops against junk, on BEIR-layout sets.
 
-    python benchmarks/relevance_floor.py --sets /tmp/beir/musique /tmp/beir/hotpotqa /tmp/beir/chroma
+    python benchmarks/studies/relevance_floor.py --sets /tmp/beir/musique /tmp/beir/hotpotqa /tmp/beir/chroma
 
 For each set (chunked `recursive:256:0`, every chunk kept) and each floor
 setting, the query job's own ranking (`Retriever.rank`) gives:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SETTINGS = (  # (label, min_relevance, floor_exempt_bm25)
     ('none (floor off)', -1.0, 0),

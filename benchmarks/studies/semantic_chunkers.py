@@ -2,7 +2,7 @@
 
 Usage, from the repository root:
 
-    PYTHONPATH=. .venv/bin/python benchmarks/semantic_chunkers.py [--data DIR]
+    PYTHONPATH=. .venv/bin/python benchmarks/studies/semantic_chunkers.py [--data DIR]
 
 Every `*.md` file under `--data` is one document. Each document is tokenized
 once (not timed); each chunker's time covers cutting pieces, embedding them (or
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from transforms.chunking.chunkers import (

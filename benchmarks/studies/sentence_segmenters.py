@@ -1,6 +1,6 @@
 """Sentence segmenters against hand-labelled boundaries: the deltas' rules, the old line regex, spaCy.
 
-The sample (`benchmarks/sentence_sample/`): excerpts of the five Chroma
+The sample (`benchmarks/studies/sentence_sample/`): excerpts of the five Chroma
 corpora whose sentence boundaries were labelled by hand (`chroma_gold.json`
 holds offsets only, the text is read from --data; "dev" excerpts were
 labelled while the rules were written, "test" ones after they were frozen),
@@ -17,7 +17,7 @@ rule` (every line break inside a paragraph is a space), `spaCy sentencizer`
 (rule-based, `spacy.blank('en')`, on the raw text) and `reader blocks +
 sentencizer` (the sentencizer inside each of the reader's blocks).
 
-    python -m benchmarks.sentence_segmenters --data ../shared/data/chroma
+    python -m benchmarks.studies.sentence_segmenters --data ../shared/data/chroma
 """
 
 import argparse
@@ -28,12 +28,12 @@ import sys
 import time
 from unittest import mock
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from benchmarks.hard_wrap import hard_wrap  # noqa: E402
+from benchmarks.studies.hard_wrap import hard_wrap  # noqa: E402
 
-SAMPLE = os.path.join(REPO, 'benchmarks', 'sentence_sample')
+SAMPLE = os.path.join(REPO, 'benchmarks', 'studies', 'sentence_sample')
 CORPORA = ('chatlogs.md', 'finance.md', 'pubmed.md', 'state_of_the_union.md', 'wikitexts.md')
 MARK = '\u27c2'
 # ragsieve's sentence regex before issue 23 (transforms/lineage/deltas.py).

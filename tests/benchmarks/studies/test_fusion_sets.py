@@ -1,6 +1,6 @@
 """The fusion benchmark's leave-one-set-out choice and its per-corpus split of a set."""
 
-from benchmarks.fusion_sets import CANDIDATES, leave_one_out, objective, split_by_corpus
+from benchmarks.studies.fusion_sets import CANDIDATES, leave_one_out, objective, split_by_corpus
 from transforms.evaluation.beir import IRDataset, Query
 from transforms.query import retrieval
 from transforms.types import Document
@@ -41,7 +41,7 @@ def test_every_candidate_is_a_valid_ranking_config():
 
 
 def test_only_a_fusion_that_drops_no_candidate_of_an_on_topic_question_may_be_the_default():
-    from benchmarks.fusion_sets import keeps_every_candidate
+    from benchmarks.studies.fusion_sets import keeps_every_candidate
 
     assert keeps_every_candidate({'alpha': 0.5})
     assert keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'last'})

@@ -1,6 +1,6 @@
 """Hard-wrapping keeps every offset: spaces become line breaks, tables and code stay as they are."""
 
-from benchmarks.hard_wrap import hard_wrap
+from benchmarks.studies.hard_wrap import hard_wrap
 
 PARAGRAPH = ('The toolkit reads documents in many formats and writes them back without losing a '
              'character of their layout, and a reader who opens the result sees the same page. ') * 3

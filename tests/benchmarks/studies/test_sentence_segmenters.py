@@ -2,7 +2,7 @@
 
 import json
 
-from benchmarks.sentence_segmenters import SAMPLE, marked_text, scores
+from benchmarks.studies.sentence_segmenters import SAMPLE, marked_text, scores
 from transforms.lineage.sentences import sentence_spans
 
 
