@@ -1,4 +1,4 @@
-"""Tests for pipelines/heap.py: the collector is off while loading, and what was loaded is frozen until released."""
+"""Tests for pipelines/common/heap.py: the collector is off while loading, and what was loaded is frozen until released."""
 
 import gc
 import sys
