@@ -102,3 +102,17 @@ def test_a_refused_publish_exits_with_its_own_status(capsys):
     assert failures.run_and_report('build', refuse, []) == REFUSED_EXIT_STATUS == 5
     assert 'ragsieve build: refused to publish:\n  gate kept_drop failed' in capsys.readouterr().err
     assert {'publish', 'report'} <= set(cli.COMMANDS)
+
+
+def test_the_console_scripts_name_functions_of_this_tree():
+    import importlib
+    import re
+
+    from tests.helpers import REPO
+
+    scripts = dict(re.findall(r'^([\w-]+) = "([\w.]+:\w+)"$', (REPO / 'pyproject.toml').read_text(), re.M))
+    assert scripts.keys() == {'ragsieve', 'ragsieve-sdk-worker'}
+    for target in scripts.values():
+        module, function = target.split(':')
+        assert callable(getattr(importlib.import_module(module), function)), target
+    assert scripts['ragsieve'] == 'pipelines.cli:main'
