@@ -29,21 +29,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
+# The floor a user compares with: a plain sentence-transformers script, torch's own kernels, nothing pinned.
+BARE = 'bare'
+# What pins the kernels (`kernels.pin`); a bare floor's process starts without them.
+_PIN_ENV = ('MKL_CBWR', 'MKL_ENABLE_INSTRUCTIONS', 'ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA')
+
+
 def floor_seconds(texts_file: str, batch_size: int, mode: str) -> float:
-    """Model load + encode of the texts in a fresh process running `mode`'s kernels (or `bf16`)."""
+    """Model load + encode of the texts in a fresh process running `mode`'s kernels (or `bf16`, `bare`)."""
+    env = {k: v for k, v in os.environ.items() if mode != BARE or k not in _PIN_ENV}
     done = subprocess.run([sys.executable, __file__, '--floor', texts_file, '--batch_size', str(batch_size),
-                           '--floor_mode', mode], capture_output=True, text=True, check=True)
+                           '--floor_mode', mode], capture_output=True, text=True, check=True, env=env)
     return float(done.stdout.strip().splitlines()[-1])
 
 
 def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
     from transforms.features import precision
     from transforms.features.embedding import embed_texts
-    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+    from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model, resolve_model_path
 
     texts = json.loads(open(texts_file).read())
     started = time.perf_counter()
-    if mode == precision.BF16:  # the same model through OpenVINO, its transformer compiled at load
+    if mode == BARE:
+        from sentence_transformers import SentenceTransformer
+
+        SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDING_MODEL), device='cpu').encode(
+            texts, batch_size=batch_size, normalize_embeddings=True)
+    elif mode == precision.BF16:  # the same model through OpenVINO, its transformer compiled at load
         model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'), mode)
         embed_texts(model, texts, batch_size)
     else:
@@ -77,9 +89,9 @@ def main():
     corpora = sorted(glob.glob(os.path.join(args.data, '*.md')))
     if not corpora:
         parser.error(f'no *.md corpora under {args.data}')
-    modes = [args.embed_kernels] + [m for m in kernels.MODES if m != args.embed_kernels]
+    modes = [args.embed_kernels] + [m for m in kernels.MODES if m != args.embed_kernels] + [BARE]
     if args.embed_precision != 'fp32':
-        modes = [kernels.PORTABLE, kernels.NATIVE, args.embed_precision]
+        modes = [kernels.PORTABLE, kernels.NATIVE, BARE, args.embed_precision]
     build_times, floors = [], {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         out, texts_file = os.path.join(tmp, 'out'), os.path.join(tmp, 'texts.json')

@@ -12,9 +12,10 @@ import dataclasses
 import posixpath
 from typing import Optional
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.build_index import engine_job
+from pipelines.build_index.runners import default_kernels
 from pipelines.common import progress
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
 from transforms.dedup import registry, scope
@@ -70,14 +71,16 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
         parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. portable (the default in fp32): vectors are '
-                                 'the same bits on every x86-64 CPU with AVX2, whatever the batch and threads '
-                                 '(slower on AVX-512 CPUs); native (the default, and the only choice, in bf16): '
-                                 'the CPU\'s fastest kernels, the same bits only on CPUs of one kind (the '
-                                 'manifest says so).')
+                            help='CPU kernels of the embedding model. native (the default but on Dataflow): the CPU\'s '
+                                 'fastest kernels, the same bits whatever the batch and threads on CPUs of one '
+                                 'kind (its kernel family, the manifest\'s kernels.probe; a feature cache of '
+                                 'another family is embedded again, never mixed); portable: the same bits on '
+                                 'every x86-64 CPU with AVX2, for a fleet of mixed CPUs (1.4-1.6x the embedding '
+                                 'time on AVX-512 CPUs; fp32 only; the default on Dataflow, whose workers are '
+                                 'never the launcher\'s CPU).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
-                            help='fp32: torch, the same bits on every CPU (--embed_kernels portable); bf16: '
+                            help='fp32: torch (--embed_kernels chooses its bits); bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
                                  "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
@@ -286,7 +289,7 @@ class BuildConfig:
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
                 precisions.kernel_mode(options.embed_precision,
-                                       precisions.check_kernels(options.embed_precision, options.embed_kernels)),
+                                       precisions.check_kernels(options.embed_precision, requested_kernels(options))),
                 options.embed_precision),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
@@ -355,3 +358,10 @@ def filter_config(options: BuildIndexOptions) -> FilterConfig:
         deltas=ON_OFF[options.deltas],
         semantic_deltas=ON_OFF[options.semantic_deltas],
     )
+
+
+def requested_kernels(options: BuildIndexOptions) -> Optional[str]:
+    """`--embed_kernels`, or the runner's default in fp32 (`runners.default_kernels`), or None."""
+    if options.embed_kernels is not None or options.embed_precision != precisions.FP32:
+        return options.embed_kernels
+    return default_kernels(options.view_as(StandardOptions).runner)

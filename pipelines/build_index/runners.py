@@ -53,6 +53,21 @@ def short_name(runner: str) -> str:
     return runner.rsplit('.', 1)[-1].lower().removesuffix('runner')
 
 
+def default_kernels(runner: Optional[str]) -> Optional[str]:
+    """The `--embed_kernels` a build on `runner` gets when none is asked for; None: the precision's own default.
+
+    Dataflow's workers are never the launcher's machine, whose kernel probe
+    they must match, and one machine type spans several CPU platforms (N2:
+    Cascade Lake and Ice Lake): portable bits are the ones all of them
+    compute. Elsewhere the launcher's CPU family is the workers' as a rule
+    (the DirectRunner, a cluster of one machine type), and a worker of
+    another family stops the build, saying to pass portable.
+    """
+    from transforms.features import kernels
+
+    return kernels.PORTABLE if runner is not None and short_name(runner) == 'dataflow' else None
+
+
 def direct_runner(options: PipelineOptions):
     """The runner of a DirectRunner build: Beam's FnApiRunner; None for any other `--runner`.
 

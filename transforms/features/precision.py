@@ -1,7 +1,7 @@
 """Reduced-precision embedding: the model's transformer run by OpenVINO in bf16, pooled as the model pools.
 
-`fp32` (the default) is torch, bit-identical on every x86-64 CPU
-(`kernels`). `bf16` compiles the same weights with OpenVINO for the CPU's
+`fp32` (the default) is torch, bit-identical on one kind of CPU (native
+kernels) or on every x86-64 CPU (`--embed_kernels portable`; `kernels`). `bf16` compiles the same weights with OpenVINO for the CPU's
 bf16 units (AVX-512 BF16, AMX): measured on an AMX Xeon, 0.20x the time of
 torch fp32 (native kernels) at a minimum cosine of 0.99997 to it, and the
 same bits whatever the batch and threads on that CPU (the kernel probe

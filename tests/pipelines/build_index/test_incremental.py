@@ -12,6 +12,7 @@ from pipelines.build_index import job as build_index
 from pipelines.build_index import manifest as build_manifest
 from tests.helpers import REPO, flip_pages, rewrite_values
 from transforms.features import cache as feature_cache
+from transforms.features.cache_settings import CacheSpec
 from transforms.output import publish, snapshots, tables
 from transforms.query.retriever import Retriever, check_index_dir
 
@@ -44,6 +45,34 @@ def incomplete_leftovers(root: Path) -> list:
     _, runs = snapshots.list_runs(str(root))
     return runs + feature_cache.split_generations(
         (str(p), p.stat().st_mtime) for p in (root / 'cache').glob('*/*/*/*'))[1]
+
+
+def forge_other_kernels(cache: Path) -> None:
+    """Makes the cached embeddings look computed by another kernel family (another CPU's probe digest).
+
+    A forged digest, not another CPU: the unit under test is the cache's key,
+    not the model's arithmetic.
+    """
+    [directory] = (cache / 'embedding').iterdir()
+    settings = json.loads((directory / feature_cache.SETTINGS_FILE).read_text())
+    settings['kernels'] = 'f' * 32
+    moved = directory.parent / CacheSpec('embedding', settings).settings_id
+    directory.rename(moved)
+    (moved / feature_cache.SETTINGS_FILE).write_text(json.dumps(settings))
+
+
+def test_a_cache_of_another_kernel_family_is_embedded_again_never_mixed(corpus_dir, tmp_path, caplog):
+    corpus, _ = corpus_dir
+    root = tmp_path / 'root'
+    build(corpus, root, '--versioned', '--run_id', 'r1')
+    forge_other_kernels(root / 'cache')
+
+    second = build(corpus, root, '--versioned', '--run_id', 'r2')
+    embedding = second['cache']['features']['embedding']
+    assert embedding['hits'] == 0 and embedding['computed'] == second['counts']['chunks_embedded'] > 0
+    said = [r.getMessage() for r in caplog.records if 'holds embeddings of other kernels' in r.getMessage()]
+    assert len(said) == 1 and 'f' * 32 in said[0] and second['kernels']['probe'] in said[0]
+    assert data_files(root / 'runs' / 'r2') == data_files(root / 'runs' / 'r1')
 
 
 def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_path):

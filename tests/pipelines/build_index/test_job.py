@@ -1,6 +1,8 @@
 """End-to-end build runs on the DirectRunner: the whole output contract."""
 
 import json
+import subprocess
+import sys
 
 import faiss
 import numpy as np
@@ -8,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.build_index import job as build_index
-from tests.helpers import PORTABLE_PROBE, portable_mkl_cbwr
+from tests.helpers import PORTABLE_PROBE, REPO, portable_mkl_cbwr
+from transforms.features.embedding import kernel_probe
 from transforms.output import tables
 from transforms.text import content_hash
 
@@ -35,7 +38,7 @@ def data_files(directory):
             for p in sorted((directory / name).rglob('*')) if p.is_file()}
 
 
-def test_output_contract(built):
+def test_output_contract(built, embedding_model):
     root, expected, out, manifest = built
     for table in ['chunks', 'dropped', 'rejected', 'documents']:
         assert sorted(p.name for p in (out / table).iterdir()) == [
@@ -91,12 +94,25 @@ def test_output_contract(built):
     assert counts['documents_read'] == len(expected['documents']) + 1  # + the duplicate id
     assert manifest['config']['chunker'] == {'name': 'recursive', 'chunk_size': 64, 'chunk_overlap': 16, 'params': []}
     assert manifest['versions']['apache-beam'] and manifest['model']['dim'] == 384
-    # What the vectors' bits depend on, to compare two runs by.
+    # What the vectors' bits depend on, to compare two runs by: the kernel family (its probe digest).
     kernels = manifest['kernels']
+    assert kernels['mode'] == 'native' and not kernels['byte_stable_across_machines']
+    assert kernels['mkl_cbwr'].endswith(',STRICT') and kernels['torch'].startswith('2.13.0')
+    assert kernels['probe'] == kernel_probe(embedding_model)
+    assert not list(out.parent.glob('out.staging-*'))
+
+
+def test_portable_kernels_give_the_recorded_portable_bits(corpus_dir, tmp_path):
+    # Portable kernels are pinned at a process's start: this test process runs native ones.
+    root, _ = corpus_dir
+    out = tmp_path / 'portable'
+    subprocess.run([sys.executable, '-m', 'pipelines.build_index', '--input', str(root), '--output', str(out),
+                    '--chunk_size', '64', '--filter', 'none', '--embed_kernels', 'portable'],
+                   cwd=REPO, check=True, capture_output=True, timeout=600)
+    kernels = json.loads((out / 'manifest.json').read_text())['kernels']
     assert kernels['mode'] == 'portable' and kernels['byte_stable_across_machines']
     assert kernels['mkl_cbwr'] == portable_mkl_cbwr() and kernels['aten_cpu_capability'] == 'AVX2'
-    assert kernels['probe'] == PORTABLE_PROBE and kernels['torch'].startswith('2.13.0')
-    assert not list(out.parent.glob('out.staging-*'))
+    assert kernels['probe'] == PORTABLE_PROBE
 
 
 def test_same_input_gives_identical_bytes_across_runner_modes(built, tmp_path):

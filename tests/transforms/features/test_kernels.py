@@ -1,4 +1,8 @@
-"""The pinned CPU kernels: vectors independent of batch, threads and process, and checked."""
+"""The pinned CPU kernels: vectors independent of batch, threads and process, and checked.
+
+This test process runs the default (native) kernels, pinned by conftest;
+portable ones are pinned at a process's start, so they run in a child.
+"""
 
 import json
 import os
@@ -39,11 +43,18 @@ def child(mode, threads, batch, env=None):
     return out
 
 
-def test_this_process_runs_the_portable_kernels(embedding_model):
-    now = kernels.check(kernels.PORTABLE)
-    assert (now.mkl_branch, now.mkl_strict, now.aten) == (kernels.portable_branch(now), True, 'AVX2')
-    described = kernels.describe(kernels.PORTABLE)
-    assert described['byte_stable_across_machines'] and described['mkl_cbwr'] == portable_mkl_cbwr()
+def test_native_kernels_are_the_default_and_this_process_runs_them(embedding_model):
+    assert kernels.DEFAULT_MODE == kernels.NATIVE
+    now = kernels.check(kernels.NATIVE)
+    assert now.mkl_strict and now.onednn_max_isa is None
+    described = kernels.describe(kernels.NATIVE)
+    assert described['mode'] == kernels.NATIVE and not described['byte_stable_across_machines']
+
+
+def test_a_portable_process_runs_the_portable_kernels():
+    out = child(kernels.PORTABLE, 2, 64)
+    assert out['describe']['byte_stable_across_machines'] and out['describe']['aten_cpu_capability'] == 'AVX2'
+    assert out['describe']['mkl_cbwr'] == portable_mkl_cbwr()
 
 
 def test_vectors_do_not_depend_on_threads_or_batch(embedding_model):
@@ -60,20 +71,21 @@ def test_vectors_do_not_depend_on_threads_or_batch(embedding_model):
         torch.set_num_threads(threads)
 
 
-def test_packaged_model_probe_is_the_same_bits_as_on_other_cpus(embedding_model):
-    assert kernel_probe(embedding_model) == PORTABLE_PROBE
-
-
-def test_processes_with_other_threads_batches_and_settings_agree(embedding_model):
-    here = embed_texts(embedding_model, TEXTS)
+def test_portable_processes_with_other_threads_batches_and_settings_agree_with_other_cpus():
     one = child(kernels.PORTABLE, 1, 1)
     # A machine whose environment asks for its widest units: portable wins.
     wide = child(kernels.PORTABLE, 3, 64, env={
         'MKL_ENABLE_INSTRUCTIONS': 'AVX512', 'ATEN_CPU_CAPABILITY': 'avx512', 'MKL_CBWR': 'AUTO'})
-    for out in (one, wide):
-        assert np.array_equal(out['vectors'], here)
-        assert out['probe'] == kernel_probe(embedding_model)
-        assert out['describe']['byte_stable_across_machines']
+    assert np.array_equal(one['vectors'], wide['vectors'])
+    # The packaged model's portable probe is the digest recorded on other CPUs (tests/helpers.py).
+    assert one['probe'] == wide['probe'] == PORTABLE_PROBE
+    assert wide['describe']['byte_stable_across_machines']
+
+
+def test_a_native_process_computes_this_process_bits(embedding_model):
+    out = child(kernels.NATIVE, 1, 1)
+    assert np.array_equal(out['vectors'], embed_texts(embedding_model, TEXTS))
+    assert out['probe'] == kernel_probe(embedding_model)
 
 
 def test_native_kernels_are_stable_on_one_cpu_and_say_so():
