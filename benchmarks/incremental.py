@@ -82,7 +82,7 @@ def main():
                         help='Extra build flags for all three builds, e.g. "--filter exact,minhash".')
     args = parser.parse_args()
 
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
     from transforms.features import cache as feature_cache
 
     corpora = sorted(glob.glob(os.path.join(args.data, '*.md')))

@@ -161,7 +161,7 @@ def ragsieve_chunks(texts: dict[str, str], model_path: str, size: int, overlap: 
 
 
 def run_ragsieve(corpus: str, work: str, args, precision: str) -> tuple[int, int]:
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
 
     kernels = ['--embed_kernels', 'native'] if args.embed_precision != 'fp32' else []
     manifest = build_index.run([*kernels,
@@ -247,9 +247,9 @@ def preimport(systems) -> None:
     import importlib
 
     modules = {
-        'ragsieve': ['pipelines.build_index'],
+        'ragsieve': ['pipelines.build_index.job'],
         'floor': ['sentence_transformers'],
-        'ragsieve_fp32': ['pipelines.build_index'],
+        'ragsieve_fp32': ['pipelines.build_index.job'],
         'floor_bf16': ['sentence_transformers', 'openvino', 'transforms.features.precision'],
         'llamaindex': ['llama_index.core.ingestion', 'llama_index.embeddings.huggingface'],
         'langchain': ['langchain_community.embeddings', 'langchain_community.vectorstores',

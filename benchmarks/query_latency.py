@@ -30,7 +30,7 @@ def read_questions(path: str, limit: int) -> list[str]:
 
 
 def build(data: str, out: str, chunk_size: int, filters: str) -> None:
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
 
     corpora = sorted(glob.glob(os.path.join(data, '*.md')))
     if not corpora:

@@ -49,12 +49,12 @@ INPUT = os.environ.get('RAGSIEVE_INPUT', '/data/docs')
 OUTPUT = os.environ.get('RAGSIEVE_OUTPUT', '/data/index')
 KEEP_RUNS = 7
 
-# `ragsieve build`'s exit statuses (pipelines/cli.py EXIT_CODES).
+# `ragsieve build`'s exit statuses (pipelines/common/exits.py EXIT_CODES).
 OK, FAILED, SYNC_FAILED, REFUSED = 0, 2, 4, 5
 RUN_EXISTS = 'already exists under'
 # What an earlier try left, read with ragsieve's own code (local or object storage): LATEST and the run's gates.
 RUN_STATE = '''import json, sys
-from pipelines.build_gates import read_manifest
+from pipelines.build_index.gates import read_manifest
 from transforms.output import snapshots
 root, run_id = sys.argv[1:]
 manifest = read_manifest(snapshots.run_dir(root, run_id)) or {}

@@ -16,7 +16,8 @@ import sys
 from typing import Optional, Sequence
 
 
-from pipelines import build_gates, cli
+from pipelines.build_index import gates as build_gates
+from pipelines.common.exits import say
 from transforms import storage
 from transforms.output import digests, publish, snapshots, tables
 
@@ -95,11 +96,11 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
         line = publish_versioned(output, args.run)
     else:
         line = publish_plain(output, args.run)
-    cli.say(f'ragsieve publish: {line}')  # published: printing it cannot change that
+    say(f'ragsieve publish: {line}')  # published: printing it cannot change that
     return line
 
 
 if __name__ == '__main__':
-    from pipelines import cli
+    from pipelines.common.failures import run_and_report
 
-    sys.exit(cli.run_and_report('publish', run, sys.argv[1:]))
+    sys.exit(run_and_report('publish', run, sys.argv[1:]))

@@ -43,7 +43,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipelines import cli, ranking_flags
+from pipelines.common import ranking_flags
+from pipelines.common.flags import OneLineParser
 from transforms.features.models import check_device
 from transforms.query import retrieval
 from transforms.query import where as where_filter
@@ -53,7 +54,7 @@ LOG = logging.getLogger('ragsieve.query')
 
 def parser() -> argparse.ArgumentParser:
     """The query flags."""
-    p = cli.OneLineParser(prog='ragsieve query', description='Query a built ragsieve index.')
+    p = OneLineParser(prog='ragsieve query', description='Query a built ragsieve index.')
     p.add_argument('question', type=str, help='The question to retrieve chunks for.')
     p.add_argument('--index', type=str, required=True, help='Directory of a built index, or a versioned root (--versioned '
                         'builds), whose LATEST run is used (local).')
@@ -127,6 +128,6 @@ def run(argv: Optional[Sequence[str]] = None, model=None) -> SearchResult:
 
 
 if __name__ == '__main__':
-    from pipelines import cli
+    from pipelines.common.failures import run_and_report
 
-    sys.exit(cli.run_and_report('query', run, sys.argv[1:]))
+    sys.exit(run_and_report('query', run, sys.argv[1:]))

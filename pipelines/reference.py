@@ -39,7 +39,7 @@ def flags_table(parser: argparse.ArgumentParser) -> str:
 
 
 def build_flags() -> str:
-    from pipelines.build_options import BuildIndexOptions
+    from pipelines.build_index.options import BuildIndexOptions
 
     parser = argparse.ArgumentParser(add_help=False)
     BuildIndexOptions._add_argparse_args(parser)
@@ -53,9 +53,9 @@ def query_flags() -> str:
 
 
 def evaluate_flags() -> str:
-    from pipelines import evaluate
+    from pipelines.evaluate import options
 
-    return flags_table(evaluate.parser())
+    return flags_table(options.parser())
 
 
 def publish_flags() -> str:
@@ -106,9 +106,9 @@ def reasons_table() -> str:
 
 
 def exit_codes_table() -> str:
-    from pipelines import cli
+    from pipelines.common import exits
 
-    return cli.exit_codes_table()
+    return exits.exit_codes_table()
 
 
 # Table name -> (docs page, generator); the README is `../README.md`.

@@ -38,6 +38,6 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
 
 
 if __name__ == '__main__':
-    from pipelines import cli
+    from pipelines.common.failures import run_and_report
 
-    sys.exit(cli.run_and_report('report', run, sys.argv[1:]))
+    sys.exit(run_and_report('report', run, sys.argv[1:]))

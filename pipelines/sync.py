@@ -15,9 +15,9 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipelines import cli
-from pipelines import progress as progress_view
-from pipelines.cli import DRIFT, SYNC_FAILED
+from pipelines.common import progress as progress_view
+from pipelines.common.progress_meters import Meter
+from pipelines.common.exits import DRIFT, SYNC_FAILED, say
 from transforms.output import snapshots
 from transforms.output.digests import check_files
 from transforms.sync import run_check
@@ -74,12 +74,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def meters(rows: int, verify: bool) -> list[progress_view.Meter]:
+def meters(rows: int, verify: bool) -> list[Meter]:
     """A sync's meters: the run's rows compared with the store, then (unless `verify`) rows upserted and deleted."""
-    compare = progress_view.Meter('compare', COMPARED, 'rows', total=rows, rate=True)
+    compare = Meter('compare', COMPARED, 'rows', total=rows, rate=True)
     if verify:
         return [compare]
-    return [compare, progress_view.Meter('upsert', UPSERTED, 'rows'), progress_view.Meter('delete', DELETED, 'rows')]
+    return [compare, Meter('upsert', UPSERTED, 'rows'), Meter('delete', DELETED, 'rows')]
 
 
 def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS,
@@ -157,13 +157,13 @@ def run(argv: Optional[Sequence[str]] = None) -> Report:
         report = sync(args.index, args.to, args.verify, args.batch_rows, view, deep=args.deep, wait=args.wait)
     if args.verify:
         rejected = f' ({len(report.rejected)} more it cannot hold)' if report.rejected else ''
-        cli.say(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
+        say(f'no drift: {report.unchanged} rows of run {report.run_id}{rejected}')
     else:
-        cli.say(report.line())  # synced: printing it cannot change that
+        say(report.line())  # synced: printing it cannot change that
     return report
 
 
 if __name__ == '__main__':
-    from pipelines import cli
+    from pipelines.common.failures import run_and_report
 
-    sys.exit(cli.run_and_report('sync', run, sys.argv[1:]))
+    sys.exit(run_and_report('sync', run, sys.argv[1:]))

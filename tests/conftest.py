@@ -84,7 +84,7 @@ def sample_root(tmp_path_factory):
     Returns `(corpus copy, root)`. Read it only: a test that rebuilds or
     edits copies the root first (`shutil.copytree`).
     """
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
 
     base = tmp_path_factory.mktemp('sample')
     corpus = base / 'corpus'
@@ -102,7 +102,7 @@ def synced_runs(tmp_path_factory):
     """
     import shutil
 
-    from pipelines import build_index
+    from pipelines.build_index import job as build_index
     from tests.helpers import REPO
 
     base = tmp_path_factory.mktemp('synced_runs')

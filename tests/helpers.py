@@ -759,8 +759,8 @@ def journaled_sync(journal: str, argv: Sequence[str]) -> int:
     """
     import time
 
-    from pipelines import cli
     from pipelines import sync as sync_job
+    from pipelines.common import failures
 
     real = sync_job.sync_run
 
@@ -773,7 +773,7 @@ def journaled_sync(journal: str, argv: Sequence[str]) -> int:
                 f.write(f'{os.getpid()} {started:.6f} {time.time():.6f}\n')
 
     sync_job.sync_run = journaled
-    return cli.run_and_report('sync', sync_job.run, list(argv))
+    return failures.run_and_report('sync', sync_job.run, list(argv))
 
 
 # --- a full disk -----------------------------------------------------------------------

@@ -8,7 +8,8 @@ from tests import helpers
 REPO = str(helpers.REPO)
 # Left to right: a package may import those after it, never one before it.
 LAYERS = (
-    'pipelines',
+    'pipelines',  # the commands (cli, build_index, query, sync, ...) and the jobs' packages (build/, evaluate/)
+    'pipelines.common',  # what every command shares: never a command or a job
     'transforms.sync',
     'transforms.evaluation',
     'transforms.query',
@@ -24,7 +25,9 @@ LAYERS = (
 
 
 def layer_of(module: str) -> int:
-    return next(i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + '.'))
+    """The layer of the longest name in LAYERS that `module` is or lies under."""
+    return max((i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + '.')),
+               key=lambda i: len(LAYERS[i]))
 
 
 def modules():

@@ -10,7 +10,9 @@ import shutil
 
 import pytest
 
-from pipelines import build_index, cli, query
+from pipelines import cli, query
+from pipelines.build_index import job as build_index
+from pipelines.common import exits
 from transforms.query.retriever import Retriever
 
 PASTA_NEW = 'Cook the pasta in plenty of salted boiling water until it is al dente.'
@@ -189,7 +191,7 @@ def test_cli_reports_a_manifest_of_the_wrong_shape_with_exit_2(index_dir, tmp_pa
     broken = tmp_path / 'broken'
     shutil.copytree(index_dir, broken)
     (broken / 'manifest.json').write_text(json.dumps(manifest))
-    assert cli.main(['query', '--index', str(broken), 'question']) == cli.FAILED
+    assert cli.main(['query', '--index', str(broken), 'question']) == exits.FAILED
     err = capsys.readouterr().err
     assert err == f'ragsieve query: error: {broken / "manifest.json"} is corrupt: {problem}\n'
 

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from pipelines import build_index, cli
+from pipelines import cli
 from pipelines import sync as sync_job
+from pipelines.build_index import job as build_index
+from pipelines.common import exits
 from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests
 from transforms.output import publish
 from transforms.sync import rows
@@ -117,7 +119,7 @@ def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, sy
     held = first.lock(0, 'run r0')
     held.__enter__()
     code, out, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--no_progress')
-    assert code == cli.FAILED and not out and len(err.strip().splitlines()) == 1
+    assert code == exits.FAILED and not out and len(err.strip().splitlines()) == 1
     assert err.startswith(f'ragsieve sync: error: {store_uri}') and 'is being synced by pid ' in err
     assert '(run r0)' in err or '(ragsieve sync pid ' in err  # a lock file, or PostgreSQL's application_name
     code, _, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--verify')
@@ -142,7 +144,7 @@ def test_a_bad_store_or_flag_is_one_line(synced_runs, capsys, flags, problem):
     _, r1, _ = synced_runs
     flags = tuple(f.format(port=free_port()) for f in flags)
     code, out, err = sync_cli(capsys, '--index', str(r1), *flags)
-    assert code == cli.FAILED and len(err.strip().splitlines()) == 1, err
+    assert code == exits.FAILED and len(err.strip().splitlines()) == 1, err
     assert err.startswith('ragsieve sync: error: ') and 'hunter2' not in err
     assert __import__('re').search(problem, err), err
 
@@ -166,7 +168,7 @@ def test_build_with_a_failing_sync_exits_4_and_says_the_run_is_published(tmp_pat
     code = cli.main(['build', '--input', str(REPO / 'sample_corpus'), '--output', str(root), '--chunk_size', '64',
                      '--versioned', '--run_id', 'r1', '--sync', uri])
     captured = capsys.readouterr()
-    assert code == cli.SYNC_FAILED == 4
+    assert code == exits.SYNC_FAILED == 4
     line = captured.err.strip().splitlines()[-1]
     assert line.startswith('ragsieve build: run r1 is published, but its sync into postgresql://app:***@127.0.0.1:')
     assert 'cannot connect' in line and 'hunter2' not in captured.err + captured.out

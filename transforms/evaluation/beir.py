@@ -211,7 +211,7 @@ def read_beir(folder: str | Path, split: str = 'test') -> IRDataset:
 
 def write_beir(folder: str | Path, corpus: Iterable[tuple[str, str, str]], queries: Iterable[tuple[str, str]],
                qrels: Iterable[tuple[str, str, int, Optional[str]]], split: str = 'test') -> None:
-    """Writes a BEIR folder (the converters of `benchmarks/beir_sets.py` and the tests use it).
+    """Writes a BEIR folder (the converters of `benchmarks/studies/beir_sets.py` and the tests use it).
 
     Args:
       folder: Created if missing.

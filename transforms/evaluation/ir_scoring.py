@@ -117,7 +117,7 @@ def evaluate_ir_chunker(chunker: ChunkerConfig, documents: Sequence[Document], q
                         progress: Optional[Callable[[int], None]] = None) -> tuple[list[dict], dict]:
     """Scores every filter of the grid and every retrieval on one chunker.
 
-    `config` is the run's `pipelines.evaluate.EvaluateConfig` (its grid,
+    `config` is the run's `pipelines.evaluate.options.EvaluateConfig` (its grid,
     retrievals and `ranking`, the hybrid's `RetrievalConfig`); `progress(1)`
     is called as each filter is scored.
 

@@ -97,7 +97,7 @@ def hybrid_top_k(kept_chunks: Sequence[Chunk], kept_rows: np.ndarray, vectors: n
 def retrieve(config, chunks, kept_chunks, kept, vectors, questions, query_vectors):
     """The top-k rows of `chunks` for each question among the kept ones (dense or hybrid).
 
-    `config` is the run's `pipelines.evaluate.EvaluateConfig` (its `retrieval` and `k`).
+    `config` is the run's `pipelines.evaluate.options.EvaluateConfig` (its `retrieval` and `k`).
     """
     if config.retrieval == HYBRID:
         row_of = {c.chunk_id: i for i, c in enumerate(chunks)}
@@ -119,7 +119,7 @@ def evaluate_chunker(
 ) -> tuple[list[dict], dict]:
     """Scores every filter of the grid on one chunker.
 
-    `config` is the run's `pipelines.evaluate.EvaluateConfig` (its grid, `k`,
+    `config` is the run's `pipelines.evaluate.options.EvaluateConfig` (its grid, `k`,
     variants and retrieval); `progress(1)` is called as each filter is scored.
 
     Returns:

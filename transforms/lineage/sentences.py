@@ -19,7 +19,7 @@ joins them, then each block is cut after `.`, `!` or `?`:
 Inside a block a sentence ends after `.`, `!` or `?` (and any closing quotes
 or brackets) before whitespace, except after a one-letter initial ("P.
 falciparum", "J. Smith") or a title ("Mr.", "Dr.", "e.g."): their next word
-is rarely a new sentence. `benchmarks/sentence_segmenters.py` measures the
+is rarely a new sentence. `benchmarks/studies/sentence_segmenters.py` measures the
 rules against spaCy's rule-based sentencizer on a labelled sample.
 
 Every span indexes its input (`text[start:end]` is the sentence, stripped),

@@ -391,7 +391,7 @@ def bm25_scores(retriever, query_tokens: list[str], n_rows: int) -> np.ndarray:
     return np.asarray(retriever.get_scores(query_tokens), np.float32)
 
 
-# --- the evaluation's dense retrieval over a filtered chunk set (pipelines/evaluate.py) ---
+# --- the evaluation's dense retrieval over a filtered chunk set (pipelines/evaluate/) ---
 
 
 def exact_top_k(vectors: np.ndarray, rows: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:

@@ -337,7 +337,7 @@ class Retriever:
                   vectors: Optional[np.ndarray] = None) -> 'Retriever':
         """A Retriever over chunks in memory, searched as over the index a build would write of them.
 
-        The evaluation's hybrid retrieval (`pipelines/evaluate.py`): the
+        The evaluation's hybrid retrieval (`pipelines/evaluate/`): the
         same `search`/`rank` over the chunks a filter kept, with an exact
         inner-product index (the build's default `Flat`) and a BM25 index
         built by the build's own `build_bm25`.

@@ -185,7 +185,7 @@ def build_lines(stderr: str) -> list[str]:
 
 
 # Opt-in: on a loaded machine the executor may finish the small job before its worker's death stops it (seen once
-# in a full local run: exit 0); the stall bound itself is tested without a cluster (tests/pipelines/test_engine_job.py).
+# in a full local run: exit 0); the stall bound itself is tested without a cluster (tests/pipelines/build_index/test_engine_job.py).
 @more_faults
 def test_spark_without_its_only_worker_ends_after_the_stall_bound_in_one_line(spark_cluster, sample_root, tmp_path):
     """Spark waits for resources forever; the build cancels the job after --engine_stall_timeout, exit 6."""

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from pipelines import cli
+from pipelines.common import exits
 from tests.helpers import ORBITS, PASTA, REPO, fill_disk
 
 FLAGS = ['--chunk_size', '64', '--filter', 'exact']
@@ -59,7 +60,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_published_index_stays(c
                                                                               marker):
     before = tree(copy / 'out')
     fill_disk(monkeypatch, marker)
-    assert cli.main(build_argv(copy)) == cli.FAILED
+    assert cli.main(build_argv(copy)) == exits.FAILED
     err = capsys.readouterr().err
     last = err.splitlines()[-1]
     assert last.startswith('ragsieve build: error: cannot write ') and marker in last, err
@@ -85,7 +86,7 @@ def test_a_full_disk_in_a_fresh_process_prints_no_traceback(copy):
 
 def test_an_index_type_too_large_for_the_corpus_is_one_line_without_a_traceback(copy, capsys, caplog):
     before = tree(copy / 'out')
-    assert cli.main(build_argv(copy, '--index_type', 'IVF4096,PQ8')) == cli.FAILED
+    assert cli.main(build_argv(copy, '--index_type', 'IVF4096,PQ8')) == exits.FAILED
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == (
         "ragsieve build: error: cannot train a 'IVF4096,PQ8' index on the 6 vectors of this corpus (it needs at "
@@ -115,7 +116,7 @@ def test_a_damaged_previous_output_is_warned_of_and_replaced(copy, caplog, damag
     import json
 
     damage(copy / 'out')
-    assert cli.main(build_argv(copy)) == cli.OK
+    assert cli.main(build_argv(copy)) == exits.OK
     warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING' and 'cannot be read' in r.getMessage()]
     assert len(warnings) == 1 and str(copy / 'out' / named) in warnings[0], warnings
     diff = json.loads((copy / 'out' / 'diff.json').read_text())
@@ -131,11 +132,11 @@ def test_a_damaged_latest_run_is_passed_over_for_the_last_readable_one(tmp_path,
     (corpus / 'pasta.txt').write_text(PASTA * 4)
     argv = ['build', '--input', str(corpus), '--output', str(tmp_path / 'root'), '--versioned', *FLAGS]
     for run_id in ('r1', 'r2'):
-        assert cli.main([*argv, '--run_id', run_id]) == cli.OK
+        assert cli.main([*argv, '--run_id', run_id]) == exits.OK
     junk(tmp_path / 'root' / 'runs' / 'r2' / 'documents' / 'part-00000-of-00001.parquet')
     (corpus / 'orbits.md').write_text(ORBITS * 4)
     caplog.clear()
-    assert cli.main([*argv, '--run_id', 'r3']) == cli.OK
+    assert cli.main([*argv, '--run_id', 'r3']) == exits.OK
     assert (tmp_path / 'root' / 'LATEST').read_text() == 'r3\n'
     diff = json.loads((tmp_path / 'root' / 'runs' / 'r3' / 'diff.json').read_text())
     assert diff['previous_run'] == 'r1' and diff['documents']['added']['ids'] == ['orbits.md']
@@ -145,7 +146,7 @@ def test_a_damaged_latest_run_is_passed_over_for_the_last_readable_one(tmp_path,
 def test_a_damaged_feature_cache_is_passed_over_and_computed_again(copy, caplog):
     [part] = (copy / 'cache' / 'embedding').glob('*/*/part-*.parquet')
     junk(part)
-    assert cli.main(build_argv(copy)) == cli.OK
+    assert cli.main(build_argv(copy)) == exits.OK
     assert f'a feature cache generation cannot be read, so it is not used: {part}' in caplog.text
 
 
@@ -174,5 +175,5 @@ def test_printing_a_result_line_never_raises(monkeypatch):
             raise ValueError('no file')
 
     monkeypatch.setattr(sys, 'stdout', Gone())
-    cli.say('ragsieve build: published')  # no error
-    cli.say('again')
+    exits.say('ragsieve build: published')  # no error
+    exits.say('again')

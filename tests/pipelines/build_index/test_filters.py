@@ -4,7 +4,7 @@ import faiss
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import PASTA_AGAIN, PASTA_PARAGRAPH
 from transforms.dedup.filters.random_control import random_unit
 

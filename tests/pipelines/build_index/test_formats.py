@@ -5,7 +5,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import BOILERPLATE_PAGE, encrypt_pdf, make_docx, make_pdf
 from transforms.ingest import formats
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from transforms.output import snapshots
 
 

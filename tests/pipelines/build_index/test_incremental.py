@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import build_index, build_manifest
+from pipelines.build_index import job as build_index
+from pipelines.build_index import manifest as build_manifest
 from tests.helpers import REPO, flip_pages, rewrite_values
 from transforms.features import cache as feature_cache
 from transforms.features.cache_settings import CacheSpec

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from pipelines import sync as sync_job
 from engines.objectstores import MINIO_PASSWORD, MINIO_USER
 from tests.helpers import BUCKET, REPO, data_files, download, same_build, upload

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import data_files
 
 FLAGS = ['--chunk_size', '64', '--num_shards', '2']

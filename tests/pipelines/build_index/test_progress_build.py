@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import REPO, data_files
 
 # Small chunks in small batches: ~150 chunks, the embed meter moves many times.
@@ -99,7 +99,7 @@ def test_a_terminal_sees_the_bar_grow(corpus, quiet_build, tmp_path, workers):
 
 
 def test_a_log_gets_a_timed_line_every_interval_from_multi_processing_workers(corpus, quiet_build, tmp_path, caplog):
-    # In process, the same view's log mode is tested without a build (tests/pipelines/test_progress.py) and
+    # In process, the same view's log mode is tested without a build (tests/pipelines/common/test_progress.py) and
     # the workers' counts reach it in the terminal test above.
     caplog.set_level(logging.INFO, logger='ragsieve.build')
     out = tmp_path / 'out'

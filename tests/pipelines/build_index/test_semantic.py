@@ -4,7 +4,7 @@ import faiss
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 
 
 @pytest.mark.parametrize('chunker,limit', [('cluster_semantic', 64), ('semantic_breakpoint', 254)])

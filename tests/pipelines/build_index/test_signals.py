@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from pipelines import cli
+from pipelines.common import exits
 from tests.helpers import REPO
 
 
@@ -46,7 +46,7 @@ def test_ctrl_c_while_the_pipeline_runs_is_exit_130_in_one_line(tmp_path):
     assert b': read ' in seen, seen.decode(errors='replace')[-3000:]
     build.send_signal(signal.SIGINT)
     read_until(read_end, seen, b'\0')
-    assert build.wait(timeout=120) == cli.INTERRUPTED, seen.decode(errors='replace')[-3000:]
+    assert build.wait(timeout=120) == exits.INTERRUPTED, seen.decode(errors='replace')[-3000:]
     stderr = seen.decode(errors='replace')
     assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
     assert stderr.splitlines()[-1] == 'ragsieve build: interrupted'
@@ -66,7 +66,7 @@ def test_sigterm_of_a_bar_build_is_exit_143_with_the_cursor_shown_again(tmp_path
     assert b'parts' in seen, seen.decode(errors='replace')[-3000:]
     build.send_signal(signal.SIGTERM)
     read_until(main, seen, b'ragsieve build: terminated')
-    assert build.wait(timeout=120) == cli.TERMINATED, seen.decode(errors='replace')[-3000:]
+    assert build.wait(timeout=120) == exits.TERMINATED, seen.decode(errors='replace')[-3000:]
     os.close(main)
     screen = seen.decode(errors='replace')
     assert 'Traceback' not in screen, screen[-3000:]

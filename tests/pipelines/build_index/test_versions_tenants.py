@@ -12,7 +12,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index, query
+from pipelines import query
+from pipelines.build_index import job as build_index
 from tests.helpers import PASTA_AGAIN, PASTA_PARAGRAPH, wrapped_release
 from transforms.lineage.sentences import sentence_spans
 from transforms.output import snapshots

@@ -13,7 +13,7 @@ as the issue's held-out corpus was: recursive 200/0, the default cascade.
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from tests.helpers import FIXTURES
 from transforms.lineage.sentences import sentence_spans
 from transforms.text import normalize_text

@@ -3,7 +3,7 @@
 
 import pytest
 
-from pipelines import build_options
+from pipelines.build_index import options as build_options
 from transforms.dedup import registry
 from transforms.dedup.config import FilterSpec
 from transforms.evaluation import grid as eval_grid

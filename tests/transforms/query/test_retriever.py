@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from pipelines import build_index
+from pipelines.build_index import job as build_index
 from transforms.output import snapshots
 from transforms.query import retriever as retriever_module
 from transforms.query.retriever import Retriever, check_index_dir

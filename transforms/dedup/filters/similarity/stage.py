@@ -97,7 +97,7 @@ class DropSimilarPairs(beam.PTransform):
     `(id, key, id, key, cosine)` are resolved by the greedy rule in keyed
     rounds (`greedy.ResolveGreedy`: only what the rounds leave is
     gathered). Same result as `filters.similarity.drop_similar` when no true edge is
-    missed (recall: benchmarks/candidate_recall.py) and no chunk was capped.
+    missed (recall: benchmarks/studies/candidate_recall.py) and no chunk was capped.
     """
 
     def __init__(self, spec: FilterSpec, config: FilterConfig, index: int = 0,

@@ -1,0 +1,290 @@
+"""A build's progress: the workers' live counts (`Listener`), the build's meters, what each runner can show.
+
+The stages count through `transforms.progress`, which sends each worker
+process's cumulative counts to the address in its environment; `Listener`
+binds that address on the launcher and sums the latest counts of each
+process. In-process and multi_processing workers inherit the launcher's
+environment (`reporting`); an engine's PROCESS workers on this machine get
+the address in their environment config (`runners.with_worker_env`).
+Workers elsewhere (a remote cluster, DOCKER, Dataflow) cannot reach the
+launcher: the view then names the engine's own UI (`engine_notes`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import threading
+from typing import Iterator, Optional, Sequence
+from urllib.parse import urlsplit
+
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+
+from pipelines.build_index import runners
+from pipelines.common.progress import View
+from pipelines.common.progress_meters import Meter
+from transforms import progress as counts
+from transforms.dedup.stage_parts import counter_namespace
+from transforms.dedup.stages import feature_plan
+from transforms.features.compute import EMBEDDING
+from transforms.output.writers import OUTPUT_TABLES
+
+# Engine hosts whose workers reach a listener on this machine's loopback (`[local]`: an embedded engine).
+LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '[local]')
+
+
+# A sender's sequence grows by one a datagram: a jump beyond this is no datagram of its own.
+MAX_SEQUENCE_STEP = 1_000_000
+# Processes a listener keeps counts of: more than any job's workers on one machine.
+MAX_SENDERS = 4096
+
+
+class Listener:
+    """A UDP socket on the loopback that keeps, per sending process, its latest counts; a context manager.
+
+    Only datagrams that carry this job's `token` count (`parse_message`):
+    any other process on the machine can send to the port, and what it
+    sends is ignored, never shown and never able to fail the build.
+    """
+
+    def __init__(self, host: str = '127.0.0.1', token: Optional[str] = None):
+        # A random secret, not an id: it keeps other processes' datagrams out, and nothing depends on its value.
+        self.token = token or secrets.token_hex(16)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind((host, 0))
+        self._socket.settimeout(0.2)
+        self.address = f'{host}:{self._socket.getsockname()[1]}'
+        self._latest: dict[str, tuple[int, dict]] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._receive, name='ragsieve-progress-listener', daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> 'Listener':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def counts(self) -> collections.Counter:
+        """The sum over processes of each one's latest counts."""
+        total: collections.Counter = collections.Counter()
+        with self._lock:
+            for _, latest in self._latest.values():
+                total.update(latest)
+        return total
+
+    @property
+    def senders(self) -> int:
+        """How many processes have sent counts."""
+        with self._lock:
+            return len(self._latest)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+        self._socket.close()
+
+    def _receive(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data = self._socket.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                if self._closed.wait(0.05):
+                    return
+                continue  # a transient error of the socket: the listener lives as long as the job
+            try:
+                self.take(data)
+            except Exception:  # noqa: BLE001 - no datagram may stop the listener
+                continue
+
+    def take(self, data: bytes) -> bool:
+        """Keeps the counts of one datagram if it is a message of this job's workers; returns whether it was."""
+        message = parse_message(data, self.token)
+        if message is None:
+            return False
+        sender, sequence, latest = message
+        with self._lock:
+            last = self._latest.get(sender, (0, None))[0]
+            if sender not in self._latest and len(self._latest) >= MAX_SENDERS:
+                return False
+            # An older datagram, overtaken by a later one; or a jump no sender makes.
+            if not last < sequence <= last + MAX_SEQUENCE_STEP:
+                return False
+            self._latest[sender] = (sequence, latest)
+        return True
+
+
+def parse_message(data: bytes, token: str) -> Optional[tuple[str, int, dict]]:
+    """`(sender, sequence, counts)` of a datagram `transforms.progress` sent with `token`; None for anything else.
+
+    Anything that does not parse, or parses to other types, sizes or
+    values than the workers send (a bool, a negative or huge count, JSON
+    nested too deep to read), is not a message.
+    """
+    if not isinstance(data, bytes) or len(data) > 65536:
+        return None
+    try:
+        message = json.loads(data.decode('utf-8'))
+    except Exception:  # noqa: BLE001 - RecursionError, ValueError, MemoryError...: not a message
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get('token'), str):
+        return None
+    if not hmac.compare_digest(message['token'].encode('utf-8', 'replace'), token.encode('utf-8')):
+        return None
+    sender, sequence, latest = message.get('sender'), message.get('sequence'), message.get('counts')
+    if not (isinstance(sender, str) and 0 < len(sender) <= counts.MAX_NAME and type(sequence) is int
+            and 0 < sequence < 2 ** 63 and isinstance(latest, dict) and len(latest) <= counts.MAX_KEYS):
+        return None
+    if not all(isinstance(k, str) and len(k) <= counts.MAX_NAME and type(v) is int and 0 <= v < counts.MAX_COUNT
+               for k, v in latest.items()):
+        return None
+    return sender, sequence, latest
+
+
+@contextlib.contextmanager
+def reporting(address: str, token: str = '') -> Iterator[None]:
+    """Sets the workers' `transforms.progress.ENV` and `TOKEN_ENV` in this process's environment, for the block."""
+    values = {counts.ENV: address, counts.TOKEN_ENV: token}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def live_counts(options: PipelineOptions, view: View, meters: Sequence[Meter]) -> Iterator[None]:
+    """Shows `meters` while the block runs the job, over the workers' counts where they reach the launcher.
+
+    Says first where the engine shows the job (`engine_notes`). Where the
+    workers reach the launcher (`workers_reach_launcher`), a `Listener`
+    gathers their counts: its address is in this process's environment and
+    in that of the engine's PROCESS workers for the block.
+    """
+    reached = workers_reach_launcher(options)
+    for note in engine_notes(options, reached):
+        view.note(note)
+    listener = None
+    if view.enabled and reached:
+        try:
+            listener = Listener()
+        except OSError as e:  # no loopback to bind: the counts come when the job ends, the build goes on
+            view.note(f'no live counts: cannot listen on 127.0.0.1 ({e})')
+    if listener is None:
+        view.show(meters)
+        yield
+        return
+    with listener, reporting(listener.address, listener.token):
+        runners.with_worker_env(options, {counts.ENV: listener.address, counts.TOKEN_ENV: listener.token})
+        view.show(meters, [listener.counts])
+        yield
+
+
+def build_meters(config, files: int) -> list[Meter]:
+    """The build's meters: files read, chunks made, chunks embedded, the filters' tallies, parts written.
+
+    The embedding total is the chunks made less those dropped by the filters
+    that run before the first that needs embeddings (`feature_plan`): exact
+    once those filters are done, an upper bound until then.
+
+    Args:
+      config: The build's `BuildConfig`.
+      files: The files the input lists.
+    """
+    specs = config.filters.specs
+    namespaces = [counter_namespace(i, s.name) for i, s in enumerate(specs)]
+    plan = feature_plan(config.filters)
+    before_embedding = next(i for i, needs in enumerate(plan) if EMBEDDING in needs)
+
+    def dropped(c, upto=len(specs)):
+        return sum(c.get(counts.filter_key(ns, counts.DROPPED), 0) for ns in namespaces[:upto])
+
+    def embed_total(c):
+        return max(c.get(counts.EMBEDDED, 0), c.get(counts.CHUNKS, 0) - dropped(c, before_embedding))
+
+    def filter_note(c):
+        each = ', '.join(f'{s.name} {c.get(counts.filter_key(ns, counts.DROPPED), 0):,}'
+                         for s, ns in zip(specs, namespaces))
+        kept = c.get(counts.filter_key(namespaces[-1], counts.KEPT), 0)
+        return f'kept {kept:,}, dropped {dropped(c):,} ({each})'
+
+    meters = [
+        Meter('read', counts.FILES, 'files', total=files,
+              note=lambda c: f'{c.get(counts.DOCUMENTS, 0):,} documents'),
+        Meter('chunk', counts.CHUNKS, 'chunks'),
+        Meter('embed', counts.EMBEDDED, 'chunks', total=embed_total, rate=True),
+    ]
+    if specs:
+        meters.append(Meter('filter', note=filter_note))
+    meters.append(Meter('write', counts.PARTS, 'parts', total=len(OUTPUT_TABLES) * config.num_shards))
+    return meters
+
+
+def workers_reach_launcher(options: PipelineOptions) -> bool:
+    """Whether the runner's workers can send counts to a listener on this machine's loopback.
+
+    True for the DirectRunner (in process or multi_processing), for SDK
+    workers that run in this process (LOOPBACK, the default of an embedded
+    Flink), and for PROCESS workers of an engine on this machine.
+    """
+    runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
+    if runner in runners.DIRECT_NAMES:
+        return True
+    if runner == 'dataflow':
+        return False
+    host = engine_host(options)
+    environment = options.get_all_options().get('environment_type') or ('LOOPBACK' if host == '[local]' else '')
+    return environment.upper() == 'LOOPBACK' or (environment.upper() == 'PROCESS' and host in LOCAL_HOSTS)
+
+
+def engine_host(options: PipelineOptions) -> Optional[str]:
+    """The host of `--flink_master`, `--spark_master_url` or `--job_endpoint`; `[local]` for an embedded one."""
+    values = options.get_all_options()
+    flag = {'flink': 'flink_master', 'spark': 'spark_master_url'}.get(
+        runners.short_name(options.view_as(StandardOptions).runner or 'direct'), 'job_endpoint')
+    master = values.get(flag) or ''
+    if master.startswith(('[', 'local[')) or master in ('local', 'embed'):
+        return '[local]'
+    return urlsplit(master if '://' in master else f'//{master}').hostname
+
+
+def engine_notes(options: PipelineOptions, reached: bool) -> list[str]:
+    """What the view says before the job runs: the engine's web UI, and whether live counts come."""
+    values = options.get_all_options()
+    runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
+    notes = []
+    local = engine_host(options) == '[local]'
+    if runner == 'flink' and not local:
+        master = values['flink_master']
+        notes.append(f'Flink web UI: {master if "://" in master else "http://" + master}')
+    elif runner == 'spark' and not local:
+        notes.append(f'Spark master {values["spark_master_url"]}: its web UI (port 8080 by default) '
+                     'lists the job and its stages')
+    elif runner == 'portable':
+        notes.append(f'job service {values.get("job_endpoint")}')
+    if not reached:
+        notes.append(f'the {runner} workers cannot reach this launcher: no live counts until the job ends')
+    return notes
+
+
+def dataflow_console(options: PipelineOptions, result) -> Optional[str]:
+    """The Dataflow console page of a job submitted, as Beam names it; None for other runners."""
+    job_id = getattr(result, 'job_id', None)
+    if runners.short_name(options.view_as(StandardOptions).runner or 'direct') != 'dataflow' or job_id is None:
+        return None
+    cloud = options.view_as(GoogleCloudOptions)
+    return (f'Dataflow console: https://console.cloud.google.com/dataflow/jobs/{cloud.region}/{job_id()}'
+            f'?project={cloud.project}')

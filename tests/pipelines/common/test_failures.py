@@ -1,0 +1,158 @@
+"""How a command's failures reach the user: one line each, and the status EXIT_CODES documents."""
+
+import pytest
+
+from pipelines.common import exits, failures
+
+
+class Raise:
+    """A step that fails on its element (the subject is Beam's wrapping of errors, not a model)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __call__(self, element):
+        raise self.error
+
+
+def beam_failure(error):
+    """The exception a DirectRunner pipeline raises when one of its steps raises `error`."""
+    import apache_beam as beam
+
+    try:
+        with beam.Pipeline() as p:
+            _ = p | 'Create' >> beam.Create([1]) | 'FailingStep' >> beam.Map(Raise(error))
+    except BaseException as e:
+        return e
+    raise AssertionError('the pipeline did not fail')
+
+
+def test_errors_raised_inside_a_pipeline_are_one_line_without_the_step():
+    import errno
+
+    from transforms.storage import WriteError
+
+    wrapped = beam_failure(OSError(errno.ENOSPC, 'No space left on device'))
+    assert isinstance(wrapped, RuntimeError)  # Beam cannot rebuild an OSError with its step appended
+    assert failures.reported_error(wrapped) == '[Errno 28] No space left on device'
+    wrapped = beam_failure(WriteError('cannot write /out/chunks/part-0.parquet: No space left on device'))
+    assert "while running 'FailingStep'" in str(wrapped)
+    assert failures.reported_error(wrapped) == 'cannot write /out/chunks/part-0.parquet: No space left on device'
+    assert failures.reported_error(beam_failure(ValueError('bad value\nsecond line'))) == 'bad value second line'
+    assert failures.reported_error(beam_failure(KeyError('a bug'))) is None
+
+
+def test_os_errors_name_their_paths():
+    import errno
+
+    assert failures.reported_error(PermissionError(errno.EACCES, 'Permission denied', '/out/.lock')) == (
+        '/out/.lock: Permission denied')
+    assert failures.reported_error(OSError(errno.EXDEV, 'Invalid cross-device link', '/a', None, '/b')) == (
+        '/a -> /b: Invalid cross-device link')
+
+
+def test_an_error_of_a_worker_in_another_process_is_read_from_its_traceback():
+    text = ('Error processing instruction 7. Original traceback is\nTraceback (most recent call last):\n'
+            '  File "x.py", line 1, in f\nValueError: cannot train a \'IVF4096,Flat\' index on 8 vectors '
+            "[while running 'WriteIndex/BuildIndexes/BuildFaissIndex']\n")
+    assert failures.reported_error(RuntimeError(text)) == "cannot train a 'IVF4096,Flat' index on 8 vectors"
+    bug = text.replace('ValueError', 'ZeroDivisionError')
+    assert failures.reported_error(RuntimeError(bug)) is None
+    assert failures.reported_error(RuntimeError('no traceback in here')) is None
+
+
+def test_a_reported_error_is_one_line_and_exit_2_and_beam_logs_no_traceback(capsys, caplog):
+    def run(argv):
+        import apache_beam as beam
+
+        with beam.Pipeline() as p:
+            _ = p | 'Create' >> beam.Create([1]) | 'FailingStep' >> beam.Map(Raise(ValueError('the value was bad')))
+
+    assert failures.run_and_report('build', run, []) == exits.FAILED
+    assert capsys.readouterr().err == 'ragsieve build: error: the value was bad\n'
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+def test_a_job_the_engine_failed_is_one_line_and_its_own_status(capsys):
+    # As Beam's PortableRunner raises it when Flink fails the job (the engine's Java error, its trace after).
+    failed = RuntimeError('Pipeline BeamApp-root-1201-a1_4463 failed in state FAILED: org.apache.flink.runtime.'
+                          'jobmaster.JobMasterException: TaskManager with id tm-0 is no longer reachable.\n\tat org.'
+                          'apache.flink.runtime.jobmaster.JobMaster.disconnectTaskManager(JobMaster.java:1)\n')
+
+    def run(argv):
+        raise failed
+
+    assert failures.run_and_report('build', run, []) == exits.JOB_FAILED == 6
+    assert capsys.readouterr().err == (
+        'ragsieve build: error: the engine ended job BeamApp-root-1201-a1_4463 FAILED: org.apache.flink.runtime.'
+        'jobmaster.JobMasterException: TaskManager with id tm-0 is no longer reachable.; nothing was published\n')
+    # A ragsieve error raised in a worker of that job is still reported as itself (exit 2).
+    worker = RuntimeError('Pipeline j failed in state FAILED: java.lang.RuntimeException: Error received from SDK '
+                          'harness: Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad input\n')
+    assert failures.reported_error(worker) == 'bad input' and failures.failed_job_line(worker) is not None
+
+
+def test_an_unexpected_error_keeps_its_traceback():
+    def run(argv):
+        raise KeyError('a bug')
+
+    with pytest.raises(KeyError):
+        failures.run_and_report('build', run, [])
+
+
+def test_interrupted(capsys):
+    def run(argv):
+        raise KeyboardInterrupt
+
+    assert failures.run_and_report('query', run, []) == exits.INTERRUPTED
+    assert capsys.readouterr().err == 'ragsieve query: interrupted\n'
+
+
+def test_the_traceback_of_a_reported_error_on_request(capsys, monkeypatch):
+    monkeypatch.setenv(failures.TRACEBACK_ENV, '1')
+
+    def run(argv):
+        raise ValueError('the value was bad')
+
+    assert failures.run_and_report('build', run, []) == exits.FAILED
+    err = capsys.readouterr().err
+    assert 'Traceback (most recent call last)' in err and err.endswith('ragsieve build: error: the value was bad\n')
+
+
+def interrupt_self(element):
+    """A step that gets the signal its process is sent, as a user's Ctrl-C reaches one."""
+    import os
+    import signal
+    import time
+
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)  # the handler raises here
+    return element
+
+
+def test_ctrl_c_inside_a_beam_step_is_exit_130_in_one_line(capsys, caplog):
+    import apache_beam as beam
+
+    def run(argv):
+        with beam.Pipeline(runner='DirectRunner') as p:
+            _ = p | beam.Create([1]) | 'Interrupted' >> beam.Map(interrupt_self)
+
+    assert failures.run_and_report('build', run, []) == exits.INTERRUPTED  # Beam raised RuntimeError: KeyboardInterrupt
+    assert capsys.readouterr().err == 'ragsieve build: interrupted\n'
+    assert 'Traceback' not in caplog.text
+
+
+@pytest.mark.parametrize('name,status,word', [('SIGINT', 130, 'interrupted'), ('SIGTERM', 143, 'terminated')])
+def test_a_stop_signal_is_its_documented_status_and_the_handlers_are_restored(capsys, name, status, word):
+    import os
+    import signal
+
+    before = signal.getsignal(getattr(signal, name))
+
+    def run(argv):
+        os.kill(os.getpid(), getattr(signal, name))
+        raise AssertionError('not reached: the handler raises first')
+
+    assert failures.run_and_report('sync', run, []) == status
+    assert capsys.readouterr().err == f'ragsieve sync: {word}\n'
+    assert signal.getsignal(getattr(signal, name)) is before
