@@ -167,3 +167,13 @@ def test_bad_settings_fail_before_running(corpus_dir, tmp_path, flags, message):
     with pytest.raises(ValueError, match=message):
         build(root, tmp_path / 'out', *flags)
     assert not (tmp_path / 'out').exists()
+
+
+def test_the_job_keeps_its_python_api_as_a_package():
+    # `from pipelines import build_index; build_index.run(...)`, as before the job became a package.
+    import pipelines.build_index as package
+    from pipelines.build_index import pipeline
+
+    assert package.run is build_index.run and package.build_pipeline is pipeline.build_pipeline
+    with pytest.raises(AttributeError, match='no attribute'):
+        package.no_such_thing
