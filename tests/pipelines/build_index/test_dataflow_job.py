@@ -4,14 +4,13 @@ import json
 
 import pytest
 
-import importlib.util
-
+from engines.objectstores import installed
 from pipelines.build_index import job as build_index
 from pipelines.build_index import dataflow_job
 from pipelines.build_index.command_line import parse_args
 from tests.helpers import REPO, engine_missing
 
-if not (importlib.util.find_spec('google.cloud.storage') and importlib.util.find_spec('build')):
+if not (installed('google.cloud.storage') and installed('build')):
     # Beam's GCP client translates the job; `build` makes ragsieve's sdist for its workers.
     engine_missing("the Dataflow tests need pip install 'ragsieve[dataflow]'")
 

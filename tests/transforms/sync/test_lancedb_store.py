@@ -84,7 +84,7 @@ def test_the_lock_file_lies_in_the_store(tmp_path, synced_runs):
     sync_job.sync(str(r1), f'lancedb://{tmp_path}/lance?table=mine')
     assert (tmp_path / 'lance' / f'mine{LOCK_SUFFIX}').exists()
     shortened = edited_run(r1, tmp_path / 'short', lambda part, shard: part.slice(1), manifest_follows=False)
-    with pytest.raises(ValueError, match='its build wrote 80996|cannot be synced'):
+    with pytest.raises(ValueError, match=r'its build wrote \d+|cannot be synced'):
         sync_job.sync(str(shortened), f'lancedb://{tmp_path}/fresh')
     assert not (tmp_path / 'fresh').exists()  # refused before the store was opened
 
