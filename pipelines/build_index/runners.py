@@ -102,6 +102,8 @@ ENGINE_NAMES = ('flink', 'spark')
 ENVIRONMENT_CACHE_MILLIS = 30_000
 # The SDK worker boot this installation provides for PROCESS environments (pipelines/build_index/sdk_worker.py).
 SDK_WORKER = 'ragsieve-sdk-worker'
+
+
 def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     """Gives a build sent to a Flink or Spark cluster SDK workers that need no Docker, kept across stages.
 
