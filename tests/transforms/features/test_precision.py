@@ -1,8 +1,8 @@
 """--embed_precision bf16: OpenVINO on the CPU's bf16 units, close to fp32, the same bits whatever the batch.
 
 bf16 needs native kernels, which a process can only choose before torch's
-first kernel: this test process runs portable ones, so the model tests run
-in fresh processes.
+first kernel, and converts the model once per machine: the model tests run in
+fresh processes, each with the kernels and OpenVINO cache it asks for.
 """
 
 import json
