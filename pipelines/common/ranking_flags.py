@@ -27,7 +27,8 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
              f'rrf: reciprocal rank fusion of the ranks (--weight_*). The ranking before issue 40: {BEFORE}.')
     add('--alpha', type=float, default=d.alpha, help=f'{prefix}Convex fusion: weight of the dense score, in [0, 1].')
     add('--normalization', type=str, default=d.normalization, choices=list(fusion.NORMALIZATIONS),
-        help=f'{prefix}Convex fusion: minmax over the candidates, or tmm (theoretical minimum: cosine -1, BM25 0).')
+        help=f'{prefix}Convex fusion: minmax over the candidates, tmm (theoretical minimum: cosine -1, BM25 0), '
+             'or minmax_floor (minmax, a cosine below --min_relevance counting 0).')
     add('--min_relevance', type=float, default=d.min_relevance,
         help=f'{prefix}Candidates with a dense cosine below this are dropped, unless BM25 found them '
              '(--floor_exempt_bm25); -1: none (klarRAG: 0.25).')
@@ -35,7 +36,8 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
         help=f'{prefix}Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
              'signal found is not junk (0: the floor drops every candidate below it).')
     add('--below_floor', type=str, default=d.below_floor, choices=list(retrieval.BELOW_FLOOR),
-        help=f'{prefix}A candidate below the floor is dropped, or ranked after every candidate above it (last).')
+        help=f'{prefix}A candidate below the floor is dropped, ranked after every candidate above it (last), '
+             'or kept in place (keep: the floor acts only through --floor_gate).')
     add('--floor_gate', type=float, default=d.floor_gate,
         help=f'{prefix}A question whose best candidate\'s cosine is below this looks off-topic: every candidate '
              'below --min_relevance is dropped, BM25\'s top N too (-1: no question is).')

@@ -21,21 +21,27 @@ import numpy as np
 RRF_K = 60
 MINMAX = 'minmax'
 TMM = 'tmm'
-NORMALIZATIONS = (MINMAX, TMM)
+# Min-max whose dense low end is the relevance floor: cosines below it count 0 and do not
+# compress the spread of those above it, while BM25 still counts for them.
+MINMAX_FLOOR = 'minmax_floor'
+NORMALIZATIONS = (MINMAX, TMM, MINMAX_FLOOR)
 # The lowest score each signal can give (theoretical min-max, Bruch et al. Section 4.1):
 # a cosine between unit vectors, and BM25 (no query term in the chunk).
 THEORETICAL_MIN = {'dense': -1.0, 'bm25': 0.0}
 
 
-def normalize(scores: np.ndarray, method: str, theoretical_min: float) -> np.ndarray:
+def normalize(scores: np.ndarray, method: str, theoretical_min: float, floor: float = -np.inf) -> np.ndarray:
     """One signal's scores over the candidates, mapped to [0, 1].
 
     Args:
       scores: The raw scores of the candidates.
       method: `minmax`: `(s - min) / (max - min)` over the candidates;
         `tmm`: `(s - theoretical_min) / (max - theoretical_min)`, so a
-        candidate's value does not depend on how bad the worst candidate is.
+        candidate's value does not depend on how bad the worst candidate is;
+        `minmax_floor`: `minmax` with `min` raised to `floor` (scores below
+        it count 0).
       theoretical_min: The lowest score the signal can give (`tmm`).
+      floor: `minmax_floor`'s lowest score that counts.
 
     Returns:
       The normalized scores; all 0 when the candidates all score the same
@@ -50,14 +56,17 @@ def normalize(scores: np.ndarray, method: str, theoretical_min: float) -> np.nda
         raise ValueError(f'unknown normalization {method!r}; choose among {list(NORMALIZATIONS)}')
     if not len(scores):
         return scores
-    low = float(scores.min()) if method == MINMAX else theoretical_min
+    low = theoretical_min if method == TMM else float(scores.min())
+    if method == MINMAX_FLOOR:
+        low = max(low, floor)
     span = float(scores.max()) - low
     if span <= 0:
         return np.zeros_like(scores)
     return np.clip((scores - low) / span, 0.0, 1.0)
 
 
-def convex_fuse(dense: np.ndarray, bm25: np.ndarray, alpha: float, method: str) -> np.ndarray:
+def convex_fuse(dense: np.ndarray, bm25: np.ndarray, alpha: float, method: str,
+                dense_floor: float = -np.inf) -> np.ndarray:
     """`alpha * norm(dense) + (1 - alpha) * norm(bm25)` per candidate.
 
     Args:
@@ -65,8 +74,9 @@ def convex_fuse(dense: np.ndarray, bm25: np.ndarray, alpha: float, method: str) 
       bm25: BM25 score of each candidate (0: no query term).
       alpha: Weight of the dense signal, in [0, 1].
       method: The normalization (`normalize`).
+      dense_floor: `minmax_floor`: the cosine below which dense counts 0.
     """
-    return (alpha * normalize(dense, method, THEORETICAL_MIN['dense'])
+    return (alpha * normalize(dense, method, THEORETICAL_MIN['dense'], dense_floor)
             + (1.0 - alpha) * normalize(bm25, method, THEORETICAL_MIN['bm25']))
 
 

@@ -38,10 +38,12 @@ FUSIONS = (CONVEX, RRF)
 TIEBREAK = 'tiebreak'
 FUSED = 'fused'
 PRIORS = (TIEBREAK, FUSED)
-# What becomes of a candidate below the relevance floor.
+# What becomes of a candidate below the relevance floor; KEEP: nothing, unless the question looks
+# off-topic (`floor_gate`), so the floor guards against off-topic questions only.
 DROP = 'drop'
 LAST = 'last'
-BELOW_FLOOR = (DROP, LAST)
+KEEP = 'keep'
+BELOW_FLOOR = (DROP, LAST, KEEP)
 # Added to the fused score of a candidate ranked below the floor: a negative score says so.
 BELOW_OFFSET = -2.0
 
@@ -62,7 +64,8 @@ class RetrievalConfig:
         scores normalized over the candidates (`fusion.convex_fuse`); `rrf`:
         reciprocal rank fusion of the signals' ranks with their weights.
       alpha: Convex fusion: weight of the dense score, in [0, 1] (default 0.5).
-      normalization: Convex fusion: `minmax` (default) or `tmm` (`fusion.normalize`).
+      normalization: Convex fusion: `minmax` (default), `tmm`, or
+        `minmax_floor` (dense from `min_relevance`) (`fusion.normalize`).
       min_relevance: The relevance floor: a candidate whose dense cosine to
         the query is below this, and that BM25 did not find
         (`floor_exempt_bm25`), is below the floor (default 0.25, klarRAG's
@@ -71,8 +74,9 @@ class RetrievalConfig:
         whatever its cosine (default 5; 0 floors every candidate, as
         klarRAG). Measured in docs/results.md ("The relevance floor").
       below_floor: What becomes of a candidate below the floor: `drop`
-        (klarRAG) or `last` (default: ranked after every candidate above it,
-        so the top k is the floored ranking's and nothing deep is lost).
+        (klarRAG), `last` (ranked after every candidate above it, so the top
+        k is the floored ranking's and nothing deep is lost) or `keep`
+        (nothing: the floor then acts only through `floor_gate`).
       floor_gate: A question whose best candidate's cosine is below this
         looks off-topic for the index: every candidate below
         `min_relevance` is dropped, BM25's top N too (klarRAG's floor), so
@@ -246,6 +250,8 @@ def fuse_candidates(
     # A question no candidate is close to looks off-topic: klarRAG's floor, on every candidate.
     off_topic = max(cosines.values(), default=-1.0) < config.floor_gate
     below = {r for r in rows if cosines[r] < config.min_relevance and (off_topic or r not in exempt)}
+    if config.below_floor == KEEP and not off_topic:
+        below = set()
     if config.below_floor == DROP or off_topic:
         rows, below = [r for r in rows if r not in below], set()
     by_id = {chunk_ids[r]: r for r in rows}
@@ -285,7 +291,7 @@ def _fused_scores(ids, kept, rankings, cosines, bm25, salience, timestamps, conf
     else:
         scores = score_fusion.convex_fuse(
             np.array([cosines[r] for r in kept]), np.array([float(bm25[r]) for r in kept]),
-            config.alpha, config.normalization)
+            config.alpha, config.normalization, config.min_relevance)
     if config.prior == TIEBREAK:
         values = score_fusion.prior([salience[r] for r in kept], [timestamps[r] for r in kept],
                                     config.weight_salience, config.weight_recency)

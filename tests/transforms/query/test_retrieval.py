@@ -221,3 +221,14 @@ def test_the_floor_gate_floors_every_candidate_only_for_a_question_no_candidate_
     assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a']
     near = [unit(1, 0.2, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine 0.98: on-topic, nothing dropped
     assert _fuse(near, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a', 'b', 'c']
+
+
+def test_below_the_floor_keep_moves_nothing_of_an_on_topic_question_and_floors_an_off_topic_one():
+    ids = ['a', 'b', 'c', 'd']
+    embeddings = [unit(1, 0.2, 0), unit(0.6, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # c and d below 0.25
+    keep = dict(min_relevance=0.25, floor_exempt_bm25=0, below_floor='keep', floor_gate=0.35)
+    unfloored = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, min_relevance=-1.0, floor_gate=-1.0)
+    kept = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, **keep)
+    assert kept[0] == unfloored[0] and kept[1].scores == unfloored[1].scores  # BM25's best, c, is not set apart
+    far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1), unit(0, 0, 1)]  # best cosine < 0.35: off-topic
+    assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, **keep)[0] == ['a']
