@@ -10,14 +10,15 @@ or from Python, loading the index, the BM25 index and the model once:
 
 Ranking: candidates are the union of the dense (FAISS) top-N and the BM25
 top-N; each is scored by both signals (its cosine, its BM25 score), the two
-are normalized over the candidates (min-max) and combined as
-`alpha * dense + (1 - alpha) * bm25`; salience and recency raise a score by
-at most `tie_epsilon` of the best one, so they only reorder near-ties (see
-transforms/query/fusion.py). Candidates below the relevance floor (cosine
-< `min_relevance`, not in BM25's top `floor_exempt_bm25`) are ranked after
-the others, or dropped for a question whose best candidate is below
-`floor_gate` (it looks off-topic). `--fusion rrf --prior fused --below_floor
-drop --floor_gate -1` is the ranking before issue 40: the floor drops, then
+are normalized over the candidates (min-max; a cosine below the relevance
+floor `min_relevance` counts 0, its BM25 score still counts) and combined as
+`alpha * dense + (1 - alpha) * bm25` (alpha 0.4); salience and recency raise
+a score by at most `tie_epsilon` of the best one, so they only reorder
+near-ties (see transforms/query/fusion.py).
+A question whose best candidate is below `floor_gate` looks off-topic: its
+candidates below the relevance floor (cosine < `min_relevance`) are dropped.
+`--fusion rrf --prior fused --below_floor drop --floor_gate -1` is the
+ranking before issue 40: the floor drops, then
 reciprocal rank fusion of the four signals' ranks, `weight / (60 + rank)`
 (docs/querying.md). The fused list is walked
 in order (score descending, then chunk_id); a chunk whose cosine to an already

@@ -30,8 +30,9 @@ def add_ranking_flags(parser: argparse.ArgumentParser, prefix: str = '') -> None
         help=f'{prefix}Convex fusion: minmax over the candidates, tmm (theoretical minimum: cosine -1, BM25 0), '
              'or minmax_floor (minmax, a cosine below --min_relevance counting 0).')
     add('--min_relevance', type=float, default=d.min_relevance,
-        help=f'{prefix}Candidates with a dense cosine below this are dropped, unless BM25 found them '
-             '(--floor_exempt_bm25); -1: none (klarRAG: 0.25).')
+        help=f'{prefix}The relevance floor: a candidate with a dense cosine below this, unless BM25 found it '
+             '(--floor_exempt_bm25), is below it (--below_floor, --floor_gate say what follows); -1: none '
+             '(klarRAG: 0.25).')
     add('--floor_exempt_bm25', type=int, default=d.floor_exempt_bm25,
         help=f'{prefix}Candidates BM25 ranks in its top N are kept whatever their cosine: what another '
              'signal found is not junk (0: the floor drops every candidate below it).')

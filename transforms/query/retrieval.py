@@ -63,9 +63,11 @@ class RetrievalConfig:
       fusion: `convex` (default): `alpha * dense + (1 - alpha) * bm25` of the
         scores normalized over the candidates (`fusion.convex_fuse`); `rrf`:
         reciprocal rank fusion of the signals' ranks with their weights.
-      alpha: Convex fusion: weight of the dense score, in [0, 1] (default 0.5).
-      normalization: Convex fusion: `minmax` (default), `tmm`, or
-        `minmax_floor` (dense from `min_relevance`) (`fusion.normalize`).
+      alpha: Convex fusion: weight of the dense score, in [0, 1] (default
+        0.4: BM25's best candidate is never outweighed by a cosine alone).
+      normalization: Convex fusion: `minmax_floor` (default: min-max over
+        the candidates, a cosine below `min_relevance` counting 0), `minmax`
+        or `tmm` (`fusion.normalize`).
       min_relevance: The relevance floor: a candidate whose dense cosine to
         the query is below this, and that BM25 did not find
         (`floor_exempt_bm25`), is below the floor (default 0.25, klarRAG's
@@ -76,7 +78,9 @@ class RetrievalConfig:
       below_floor: What becomes of a candidate below the floor: `drop`
         (klarRAG), `last` (ranked after every candidate above it, so the top
         k is the floored ranking's and nothing deep is lost) or `keep`
-        (nothing: the floor then acts only through `floor_gate`).
+        (default: nothing, so the floor acts only through `floor_gate`; a
+        second hop far from the question in embedding space is not set
+        apart from what BM25 ranks it with).
       floor_gate: A question whose best candidate's cosine is below this
         looks off-topic for the index: every candidate below
         `min_relevance` is dropped, BM25's top N too (klarRAG's floor), so
@@ -101,11 +105,11 @@ class RetrievalConfig:
 
     candidates: int = 50
     fusion: str = CONVEX
-    alpha: float = 0.5
-    normalization: str = score_fusion.MINMAX
+    alpha: float = 0.4
+    normalization: str = score_fusion.MINMAX_FLOOR
     min_relevance: float = 0.25
     floor_exempt_bm25: int = 5
-    below_floor: str = LAST
+    below_floor: str = KEEP
     floor_gate: float = 0.35
     relative_floor: float = 0.0
     prior: str = TIEBREAK

@@ -1,5 +1,7 @@
 """The fusion benchmark's leave-one-set-out choice and its per-corpus split of a set."""
 
+import pytest
+
 from benchmarks.studies.fusion_sets import CANDIDATES, leave_one_out, objective, split_by_corpus
 from transforms.evaluation.beir import IRDataset, Query
 from transforms.query import retrieval
@@ -48,3 +50,28 @@ def test_only_a_fusion_that_drops_no_candidate_of_an_on_topic_question_may_be_th
     assert keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'last', 'floor_gate': 0.35})
     assert not keeps_every_candidate({'min_relevance': 0.25, 'below_floor': 'drop'})
     assert not keeps_every_candidate({'relative_floor': 0.3})
+
+
+def test_eligible_rules_out_floor_tiers_a_cosine_outweighing_bm25_and_dedup_changes():
+    from benchmarks.studies.fusion_sets import eligible
+
+    assert eligible({'alpha': 0.4, 'normalization': 'minmax_floor', 'min_relevance': 0.25, 'below_floor': 'keep',
+                     'floor_gate': 0.35})
+    assert not eligible({'alpha': 0.5, 'min_relevance': 0.25, 'below_floor': 'last'})  # a floor tier
+    assert not eligible({'alpha': 0.8, 'normalization': 'tmm'})  # a cosine gap alone outweighs BM25's best
+    assert eligible({'fusion': 'rrf', 'weight_bm25': 2.0}) and not eligible({'fusion': 'rrf', 'weight_bm25': 0.5})
+    assert not eligible({'alpha': 0.5, 'dedup_threshold': 1.0})
+
+
+def test_margin_is_the_smaller_lead_over_the_better_single_signal():
+    from benchmarks.studies.fusion_sets import margin
+
+    assert margin(scores(0.70, 0.90), [scores(0.65, 0.92), scores(0.60, 0.80)]) == pytest.approx(-0.02)
+
+
+def test_the_query_default_is_the_study_s_choice():
+    from benchmarks.studies.fusion_sets import BASE
+
+    chosen = retrieval.RetrievalConfig(**{**BASE, **CANDIDATES[
+        'convex minmax from floor 0.25 a=0.4; best cosine < 0.35: floor on all']})
+    assert chosen == retrieval.RetrievalConfig()

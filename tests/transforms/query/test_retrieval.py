@@ -203,7 +203,7 @@ def test_the_relative_floor_drops_what_scores_far_below_the_best():
 def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
     ids = ['a', 'b', 'c', 'd']
     embeddings = [unit(1, 0.2, 0), unit(0.6, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # c and d below 0.25
-    floor = dict(min_relevance=0.25, floor_exempt_bm25=0)
+    floor = dict(min_relevance=0.25, floor_exempt_bm25=0, normalization='minmax', alpha=0.5)
     dropped = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, below_floor='drop', **floor)[0]
     last = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, below_floor='last', **floor)[0]
     assert dropped == ['a', 'b']
@@ -215,7 +215,8 @@ def test_below_the_floor_last_keeps_the_floored_order_then_the_rest():
 
 def test_the_floor_gate_floors_every_candidate_only_for_a_question_no_candidate_is_close_to():
     ids = ['a', 'b', 'c']
-    gated = dict(min_relevance=0.25, floor_exempt_bm25=5, below_floor='last', floor_gate=0.4)
+    gated = dict(min_relevance=0.25, floor_exempt_bm25=5, below_floor='last', floor_gate=0.4, normalization='minmax',
+                 alpha=0.5)
     far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # best cosine < 0.3: off-topic
     # klarRAG's floor on every candidate: BM25's best ('b', cosine 0.2) is dropped too.
     assert _fuse(far, unit(1, 0, 0), [1.0, 2.0, 0.0], ids, **gated)[0] == ['a']
@@ -226,8 +227,9 @@ def test_the_floor_gate_floors_every_candidate_only_for_a_question_no_candidate_
 def test_below_the_floor_keep_moves_nothing_of_an_on_topic_question_and_floors_an_off_topic_one():
     ids = ['a', 'b', 'c', 'd']
     embeddings = [unit(1, 0.2, 0), unit(0.6, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1)]  # c and d below 0.25
-    keep = dict(min_relevance=0.25, floor_exempt_bm25=0, below_floor='keep', floor_gate=0.35)
-    unfloored = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, min_relevance=-1.0, floor_gate=-1.0)
+    keep = dict(min_relevance=0.25, floor_exempt_bm25=0, below_floor='keep', floor_gate=0.35, normalization='minmax')
+    unfloored = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, min_relevance=-1.0, floor_gate=-1.0,
+                      normalization='minmax')
     kept = _fuse(embeddings, unit(1, 0, 0), [1.0, 2.0, 3.0, 0.0], ids, **keep)
     assert kept[0] == unfloored[0] and kept[1].scores == unfloored[1].scores  # BM25's best, c, is not set apart
     far = [unit(0.3, 1, 0), unit(0.2, 1, 0.1), unit(0.1, 0, 1), unit(0, 0, 1)]  # best cosine < 0.35: off-topic
