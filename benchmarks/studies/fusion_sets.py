@@ -117,7 +117,7 @@ def bm25_can_win(settings: dict) -> bool:
 
     The other lesson of issue 40's held-out set: there, rankings that let BM25 outvote the cosine scored above
     BM25 alone (RRF without a floor: 90.55 against 88.58). Above 0.5 a cosine gap alone can keep a second hop,
-    BM25's best, out of the top 10 (tmm 0.8: a gap of 0.25 cosine does; HotpotQA coverage@10 0.880 against
+    BM25's best, out of the top 10 (tmm 0.8: a gap of about 0.25 cosine does; HotpotQA coverage@10 0.880 against
     minmax 0.5's 0.890).
     """
     settings = {**BASE, **settings}
@@ -245,27 +245,30 @@ def main(argv=None) -> int:
         print(f'{name}: scored', flush=True)
 
     table = {(f, c): saved[f'{f}|none|{c}'] for f in folds for c in (*labels, *BASELINES)}
-    chosen = [c for c in labels if eligible(CANDIDATES[c])]
+    may_choose = [c for c in labels if eligible(CANDIDATES[c])]
+
+    def margin_on(fold, label):
+        return margin(table[fold, label], [table[fold, b] for b in BASELINES])
+
     print('\n| held-out set | chosen on the other sets | objective held out | nDCG@10 | coverage@10 | '
           'best single: nDCG@10 / coverage@10 | margin | before (RRF + floor): nDCG@10 / coverage@10 |')
     print('|---|---|---|---|---|---|---|---|')
-    for held, label, value in leave_one_out(table, folds, chosen):
+    for held, label, value in leave_one_out(table, folds, may_choose):
         s, single = table[held, label], [table[held, b] for b in BASELINES]
         print(f"| {held} | {label} | {value:.4f} | {s['ndcg@10']:.4f} | {s['coverage@10']:.4f} | "
               f"{max(x['ndcg@10'] for x in single):.4f} / {max(x['coverage@10'] for x in single):.4f} | "
-              f"{margin(s, single):+.4f} | "
+              f"{margin_on(held, label):+.4f} | "
               f"{table[held, TODAY]['ndcg@10']:.4f} / {table[held, TODAY]['coverage@10']:.4f} |")
     mean_all = {c: np.mean([objective(table[f, c]) for f in folds]) for c in labels}
-    worst_all = {c: min(margin(table[f, c], [table[f, b] for b in BASELINES]) for f in folds) for c in labels}
+    smallest_margin = {c: min(margin_on(f, c) for f in folds) for c in labels}
     print('\n| candidate | eligible | mean objective over all folds | smallest margin | '
           + ' | '.join(folds) + ' |')
     print('|---|---|---|---|' + '---|' * len(folds))
     for c in sorted(labels, key=lambda c: -mean_all[c]):
-        print(f'| {c} | {"yes" if c in chosen else "no"} | {mean_all[c]:.4f} | {worst_all[c]:+.4f} | '
-              + ' | '.join(f'{objective(table[f, c]):.4f} ({margin(table[f, c], [table[f, b] for b in BASELINES]):+.3f})'
-                           for f in folds) + ' |')
+        print(f'| {c} | {"yes" if c in may_choose else "no"} | {mean_all[c]:.4f} | {smallest_margin[c]:+.4f} | '
+              + ' | '.join(f'{objective(table[f, c]):.4f} ({margin_on(f, c):+.3f})' for f in folds) + ' |')
 
-    default = args.default or max(chosen, key=lambda c: mean_all[c])
+    default = args.default or max(may_choose, key=lambda c: mean_all[c])
     # The default's tie-break at other widths, on the cascade (salience) and unfiltered indexes.
     for epsilon in args.tie_epsilons:
         CANDIDATES[f'{default}, tie_epsilon={epsilon}'] = {**CANDIDATES[default], 'tie_epsilon': epsilon}
