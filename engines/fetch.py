@@ -69,6 +69,14 @@ def home() -> Path:
     return Path(cache) / 'ragsieve' / 'engines'
 
 
+def installed(module: str) -> bool:
+    """Whether `module` can be imported; False also where its parent package is missing (google.cloud)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def distribution(engine: Engine) -> Path:
     """The installed engine distribution (its jars, scripts and config templates).
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import http.server
-import importlib.util
 import os
 import re
 import shutil
@@ -29,14 +28,6 @@ from pathlib import Path
 from typing import Optional
 
 from engines import fetch, processes
-
-
-def installed(module: str) -> bool:
-    """Whether `module` can be imported; False also where its parent package is missing (google.cloud)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +113,7 @@ class MinioServer:
                 'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': self.endpoint}
 
     def start(self, timeout: float = 60) -> 'MinioServer':
-        if not installed('boto3'):
+        if not fetch.installed('boto3'):
             raise fetch.EngineMissing("boto3 is not installed: pip install 'ragsieve[s3]'")
         command = [str(binary(MINIO)), 'server', str(self.directory / 'data'), '--quiet',
                    '--address', f'127.0.0.1:{self.port}', '--console-address', f'127.0.0.1:{self.console}']
@@ -162,7 +153,7 @@ class FakeGcsServer:
         return {'STORAGE_EMULATOR_HOST': self.endpoint, 'GOOGLE_CLOUD_PROJECT': 'ragsieve-test'}
 
     def start(self, timeout: float = 60) -> 'FakeGcsServer':
-        if not installed('google.cloud.storage'):
+        if not fetch.installed('google.cloud.storage'):
             raise fetch.EngineMissing("google-cloud-storage is not installed: pip install 'ragsieve[gcs]'")
         self.proxy = BatchFix(self.port)
         # Uploads answer with URLs of external-url: the proxy's, so that resumable uploads pass through it too.

@@ -14,13 +14,12 @@ are normalized over the candidates (min-max; a cosine below the relevance
 floor `min_relevance` counts 0, its BM25 score still counts) and combined as
 `alpha * dense + (1 - alpha) * bm25` (alpha 0.4); salience and recency raise
 a score by at most `tie_epsilon` of the best one, so they only reorder
-near-ties (see transforms/query/fusion.py).
-A question whose best candidate is below `floor_gate` looks off-topic: its
-candidates below the relevance floor (cosine < `min_relevance`) are dropped.
-`--fusion rrf --prior fused --below_floor drop --floor_gate -1` is the
-ranking before issue 40: the floor drops, then
-reciprocal rank fusion of the four signals' ranks, `weight / (60 + rank)`
-(docs/querying.md). The fused list is walked
+near-ties (see transforms/query/fusion.py). A question whose best candidate
+is below `floor_gate` looks off-topic: its candidates below the relevance
+floor (cosine < `min_relevance`) are dropped. `--fusion rrf --prior fused
+--below_floor drop --floor_gate -1` is the ranking before issue 40: the
+floor drops, then reciprocal rank fusion of the four signals' ranks,
+`weight / (60 + rank)` (docs/querying.md). The fused list is walked
 in order (score descending, then chunk_id); a chunk whose cosine to an already
 selected chunk is >= `dedup_threshold` is skipped, until k are selected.
 `--where` restricts every candidate to an allow-list computed before the

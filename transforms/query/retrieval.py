@@ -253,9 +253,8 @@ def fuse_candidates(
     exempt = set(top_n(bm25, config.floor_exempt_bm25, min_score=0.0)) if config.floor_exempt_bm25 else set()
     # A question no candidate is close to looks off-topic: klarRAG's floor, on every candidate.
     off_topic = max(cosines.values(), default=-1.0) < config.floor_gate
-    below = {r for r in rows if cosines[r] < config.min_relevance and (off_topic or r not in exempt)}
-    if config.below_floor == KEEP and not off_topic:
-        below = set()
+    floored = off_topic or config.below_floor != KEEP
+    below = {r for r in rows if floored and cosines[r] < config.min_relevance and (off_topic or r not in exempt)}
     if config.below_floor == DROP or off_topic:
         rows, below = [r for r in rows if r not in below], set()
     by_id = {chunk_ids[r]: r for r in rows}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from engines.objectstores import installed
+from engines.fetch import installed
 from pipelines.build_index import dataflow_job
 from pipelines.build_index.command_line import parse_args
 from tests.helpers import REPO, engine_missing

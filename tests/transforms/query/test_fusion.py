@@ -79,7 +79,8 @@ def test_relative_floor_keeps_what_scores_near_the_best():
 def test_minmax_floor_counts_cosines_below_the_floor_as_0_and_spreads_the_rest():
     cosines = np.array([0.1, 0.25, 0.45, 0.65])
     assert fusion.normalize(cosines, 'minmax_floor', -1.0, 0.25) == pytest.approx([0.0, 0.0, 0.5, 1.0])
-    assert fusion.normalize(cosines, 'minmax_floor', -1.0, -1.0) == pytest.approx(fusion.normalize(cosines, 'minmax', -1.0))
+    unfloored = fusion.normalize(cosines, 'minmax', -1.0)
+    assert fusion.normalize(cosines, 'minmax_floor', -1.0, -1.0) == pytest.approx(unfloored)
     # Below the floor, what BM25 found still counts.
     fused = fusion.convex_fuse(cosines, np.array([3.0, 0.0, 0.0, 0.0]), 0.5, 'minmax_floor', dense_floor=0.25)
     assert fused == pytest.approx([0.5, 0.0, 0.25, 0.5])
