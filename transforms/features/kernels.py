@@ -7,14 +7,15 @@ normalization kernels by instruction set. Measured on an AMX Xeon: one text
 alone and in a batch of 3 gave different last bits, and so did 1 and 2
 threads; MKL's strict reproducibility mode fixes both.
 
-Two modes. `native` (the default): strict mode on the CPU's own fastest code
-paths, so batches and threads change nothing on one kind of CPU, and CPUs
-of another kind (AVX2 against AVX-512, say) give other last bits: another
-kernel family, named by the probe digest (`embedding.kernel_probe`) in the
-manifest and in the feature cache's key, so families are never mixed.
-`portable`: the AVX2 code path of all three libraries, the bits of any AVX2
-CPU, for a fleet of mixed CPUs; on AVX-512 CPUs it costs 1.4-1.6x the
-embedding time (docs/guarantees.md).
+Two modes. `native`: strict mode on the CPU's own fastest code paths, so
+batches and threads change nothing on one kind of CPU, and CPUs of another
+kind (AVX2 against AVX-512, say) give other last bits: another kernel
+family, named by the probe digest (`embedding.kernel_probe`) in the manifest
+and in the feature cache's key, so families are never mixed. `portable`:
+the AVX2 code path of all three libraries, the bits of any AVX2 CPU, for a
+fleet of mixed CPUs; on AVX-512 CPUs it costs 1.4-1.6x the embedding time
+(docs/guarantees.md). The default is the faster of the two on the CPU the
+build starts on (`FASTEST`, `default_mode`).
 
 MKL offers its AVX2 reproducibility branch on Intel CPUs only: on AMD it
 refuses every branch but COMPATIBLE (3.5x slower) and falls back to strict
@@ -41,8 +42,22 @@ from typing import Optional
 PORTABLE = 'portable'
 NATIVE = 'native'
 MODES = (PORTABLE, NATIVE)
-# Fast on the CPU it runs on; `portable` is asked for (issue 43: 1.5x on AVX-512 Xeons otherwise).
-DEFAULT_MODE = NATIVE
+# The faster mode per CPU family (vendor, widest vector units), measured with
+# benchmarks/build_throughput.py and the embedding alone (docs/guarantees.md):
+# - AVX-512 and AMX Xeons: portable costs 1.60x (issue 43) and 1.40x native's embedding.
+# - AVX2 AMD EPYC (issue 49): both run MKL's own branch capped at AVX2 and ATen's AVX2
+#   kernels, and give one probe digest; portable was as fast or faster in every round
+#   (24.0 s against 25.1 s on 256 chunks), and its bits are every AVX2 CPU's.
+# Not measured: AVX2 Intel CPUs, where MKL's own branch is its AVX2 one, so both
+# modes compute alike (portable, for its bits); AVX-512 AMD CPUs (native, as on
+# Intel's AVX-512). An unknown family (no MKL, another architecture) gets native.
+FASTEST = {
+    ('GenuineIntel', 'amx'): NATIVE,
+    ('GenuineIntel', 'avx512'): NATIVE,
+    ('GenuineIntel', 'avx2'): PORTABLE,
+    ('AuthenticAMD', 'avx512'): NATIVE,
+    ('AuthenticAMD', 'avx2'): PORTABLE,
+}
 
 # portable: every x86-64 CPU with AVX2 (Intel since 2013, AMD since 2015)
 # runs the same instructions in the same order, whatever its newer units.
@@ -66,6 +81,18 @@ _MKL_CBWR_ALL = ~0
 _MKL_CBWR_STRICT = 0x10000
 _MKL_BRANCHES = {1: 'OFF', 2: 'AUTO', 3: 'COMPATIBLE', 4: 'SSE2', 6: 'SSSE3', 7: 'SSE4_1', 8: 'SSE4_2',
                  9: 'AVX', 10: 'AVX2', 12: 'AVX512', 14: 'AVX512_E1'}
+
+
+def cpu_family(vendor: Optional[str] = None, flags: Optional[set] = None) -> tuple[str, str]:
+    """(vendor, widest vector units: 'amx', 'avx512', 'avx2' or ''), of this CPU unless given."""
+    vendor = cpu_vendor() if vendor is None else vendor
+    flags = set(cpu_flags()) if flags is None else flags
+    return vendor, next((u for u, f in _WIDEST if f in flags), '')
+
+
+def default_mode(family: Optional[tuple[str, str]] = None) -> str:
+    """The faster kernels of this CPU's family (or `family`'s): `FASTEST`, else native."""
+    return FASTEST.get(cpu_family() if family is None else family, NATIVE)
 
 
 class KernelError(RuntimeError):
@@ -105,13 +132,13 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def pin(mode: str = DEFAULT_MODE) -> None:
-    """Sets the environment that puts torch's CPU kernels in `mode`.
+def pin(mode: Optional[str] = None) -> None:
+    """Sets the environment that puts torch's CPU kernels in `mode` (this CPU's `DEFAULT_MODE` if None).
 
     Effective only before the process's first torch kernel; child processes
     (the DirectRunner's workers) inherit it. Call `check` afterwards.
     """
-    env = _env(check_mode(mode))
+    env = _env(check_mode(DEFAULT_MODE if mode is None else mode))
     for key in _PORTABLE_ENV.keys() - env.keys():
         # Left by a portable parent process (the DirectRunner's launcher, a test).
         os.environ.pop(key, None)
@@ -208,6 +235,8 @@ def describe(mode: str, device: str = 'cpu') -> dict:
         'threads': now.threads,
         'cpu': cpu_name(),
         'cpu_vendor': cpu_vendor(),
+        # What a build on this CPU gets without --embed_kernels (`FASTEST`).
+        'default_on_this_cpu': DEFAULT_MODE,
     }
 
 
@@ -250,5 +279,12 @@ def cpu_name() -> str:
     """The CPU's model name and its widest vector units, e.g. 'Intel(R) Xeon(R) Processor (amx)'."""
     info = _cpuinfo()
     name, flags = info.get('model name') or platform.processor() or platform.machine(), set(info.get('flags', '').split())
-    widest = next((u for u, f in (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2')) if f in flags), None)
+    widest = cpu_family(flags=flags)[1]
     return f'{name} ({widest})' if widest else name
+
+
+# A CPU's widest vector units and the /proc/cpuinfo flag that shows them, widest first.
+_WIDEST = (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2'))
+# Read once per process, before any flag is parsed: the launcher's CPU decides a build's default,
+# and the mode travels to the workers with the model's handle (`embedding.SharedModel`).
+DEFAULT_MODE = default_mode()

@@ -21,7 +21,7 @@ DATAFLOW = ['--runner', 'DataflowRunner', '--project', 'dummy-project', '--regio
 
 def test_the_dry_run_translates_every_stage_and_ships_ragsieve_with_its_models(tmp_path):
     # A process of its own, as a launcher is: Dataflow's default kernels (portable) are pinned at a
-    # process's start, and this test process has run native ones.
+    # process's start, and this test process may have run native ones (its CPU family's default).
     job_file = tmp_path / 'job.json'
     launched = subprocess.run(
         [sys.executable, '-m', 'pipelines.build_index', '--input', str(REPO / 'sample_corpus'),

@@ -11,7 +11,7 @@ import pytest
 from pipelines.build_index import job as build_index
 from pipelines.build_index import manifest as build_manifest
 from tests.helpers import REPO, flip_pages, rewrite_values
-from transforms.features import cache as feature_cache
+from transforms.features import cache as feature_cache, kernels
 from transforms.features.cache_settings import CacheSpec
 from transforms.output import publish, snapshots, tables
 from transforms.query.retriever import Retriever, check_index_dir
@@ -73,6 +73,28 @@ def test_a_cache_of_another_kernel_family_is_embedded_again_never_mixed(corpus_d
     said = [r.getMessage() for r in caplog.records if 'holds embeddings of other kernels' in r.getMessage()]
     assert len(said) == 1 and 'f' * 32 in said[0] and second['kernels']['probe'] in said[0]
     assert data_files(root / 'runs' / 'r2') == data_files(root / 'runs' / 'r1')
+
+
+def test_a_cache_of_the_other_kernels_mode_is_read_only_where_its_bits_are_this_modes(corpus_dir, tmp_path, caplog):
+    # A default that changes (kernels.FASTEST) meets a cache of the mode before it: the probe digest decides.
+    corpus, _ = corpus_dir
+    other = kernels.NATIVE if kernels.DEFAULT_MODE == kernels.PORTABLE else kernels.PORTABLE
+    root = tmp_path / 'root'
+    # Kernels are pinned at a process's start: the other mode's build runs in a process of its own.
+    subprocess.run([sys.executable, '-m', 'pipelines.build_index', '--input', str(corpus), '--output', str(root),
+                    *FLAGS, '--versioned', '--run_id', 'r1', '--embed_kernels', other, '--progress', 'none'],
+                   cwd=REPO, check=True, capture_output=True, timeout=600)
+    first = json.loads((root / 'runs' / 'r1' / 'manifest.json').read_text())
+
+    second = build(corpus, root, '--versioned', '--run_id', 'r2')
+    embedding = second['cache']['features']['embedding']
+    said = [r.getMessage() for r in caplog.records if 'holds embeddings of other kernels' in r.getMessage()]
+    if first['kernels']['probe'] == second['kernels']['probe']:  # one kernel family (an AVX2-only CPU)
+        assert embedding['computed'] == 0 and not said
+    else:  # another family (AVX-512, AMX): embedded again, saying so
+        assert embedding['hits'] == 0 and embedding['computed'] > 0 and len(said) == 1
+    build(corpus, tmp_path / 'fresh')
+    assert data_files(root / 'runs' / 'r2') == data_files(tmp_path / 'fresh')
 
 
 def test_rebuild_reuses_unchanged_work_and_equals_a_fresh_build(corpus_dir, tmp_path):

@@ -81,18 +81,20 @@ def test_a_canary_with_a_bad_line_is_refused_before_any_work(tmp_path):
         config_of(['--input', 'in', '--output', 'out', '--gate_canary', str(canary)])
 
 
-def test_native_kernels_are_the_default_and_bf16_refuses_portable_ones():
+def test_the_cpu_familys_kernels_are_the_default_and_bf16_refuses_portable_ones():
+    from transforms.features import kernels
     from transforms.features.precision import check_kernels
 
-    assert parse().embedding.kernels == 'native'
+    assert parse().embedding.kernels == kernels.DEFAULT_MODE == kernels.default_mode()
     assert parse('--embed_kernels', 'portable').embedding.kernels == 'portable'
+    assert parse('--embed_kernels', 'native').embedding.kernels == 'native'
     assert [check_kernels('bf16', None), check_kernels('bf16', 'native'), check_kernels('fp32', None),
-            check_kernels('fp32', 'portable')] == ['native', 'native', 'native', 'portable']
+            check_kernels('fp32', 'portable')] == ['native', 'native', kernels.DEFAULT_MODE, 'portable']
     # Dataflow's workers are never the launcher's CPU: portable unless asked otherwise (runners.default_kernels).
     dataflow = ('--runner', 'DataflowRunner', '--setup_file', './setup.py')
     assert parse(*dataflow).embedding.kernels == 'portable'
     assert parse(*dataflow, '--embed_kernels', 'native').embedding.kernels == 'native'
-    assert parse('--runner', 'FlinkRunner').embedding.kernels == 'native'
+    assert parse('--runner', 'FlinkRunner').embedding.kernels == kernels.DEFAULT_MODE
     # Refused before anything looks at the CPU's bf16 units (this one may have none).
     with pytest.raises(ValueError, match='^--embed_kernels portable cannot run --embed_precision bf16'):
         parse('--embed_precision', 'bf16', '--embed_kernels', 'portable')

@@ -1,7 +1,8 @@
 """The pinned CPU kernels: vectors independent of batch, threads and process, and checked.
 
-This test process runs the default (native) kernels, pinned by conftest;
-portable ones are pinned at a process's start, so they run in a child.
+This test process runs the default kernels of its CPU family (native on
+AVX-512 and AMX CPUs, portable on AVX2-only ones), pinned by conftest;
+kernels are pinned at a process's start, so the other mode runs in a child.
 """
 
 import json
@@ -43,12 +44,26 @@ def child(mode, threads, batch, env=None):
     return out
 
 
-def test_native_kernels_are_the_default_and_this_process_runs_them(embedding_model):
-    assert kernels.DEFAULT_MODE == kernels.NATIVE
-    now = kernels.check(kernels.NATIVE)
-    assert now.mkl_strict and now.onednn_max_isa is None
-    described = kernels.describe(kernels.NATIVE)
-    assert described['mode'] == kernels.NATIVE and not described['byte_stable_across_machines']
+def test_the_default_is_the_faster_mode_of_the_cpu_family():
+    # Pure: the table, whatever CPU runs the test (kernels.FASTEST, measured per family).
+    amd_avx2 = {'avx2', 'fma', 'sse4_2'}
+    assert kernels.cpu_family('AuthenticAMD', amd_avx2) == ('AuthenticAMD', 'avx2')
+    assert kernels.default_mode(kernels.cpu_family('AuthenticAMD', amd_avx2)) == kernels.PORTABLE
+    assert kernels.default_mode(kernels.cpu_family('GenuineIntel', amd_avx2 | {'avx512f'})) == kernels.NATIVE
+    assert kernels.default_mode(kernels.cpu_family('GenuineIntel', {'avx2', 'avx512f', 'amx_tile'})) == kernels.NATIVE
+    assert kernels.default_mode(kernels.cpu_family('GenuineIntel', amd_avx2)) == kernels.PORTABLE
+    # Another architecture (no AVX2; aarch64 has no MKL, which portable needs): native.
+    assert kernels.default_mode(kernels.cpu_family('', {'asimd', 'fp'})) == kernels.NATIVE
+    assert kernels.DEFAULT_MODE == kernels.default_mode()
+
+
+def test_this_process_runs_the_default_kernels(embedding_model):
+    # conftest pins kernels.DEFAULT_MODE, as a build without --embed_kernels does.
+    now = kernels.check(kernels.DEFAULT_MODE)
+    assert now.mkl_strict
+    described = kernels.describe(kernels.DEFAULT_MODE)
+    assert described['mode'] == described['default_on_this_cpu'] == kernels.DEFAULT_MODE
+    assert described['byte_stable_across_machines'] == (kernels.DEFAULT_MODE == kernels.PORTABLE)
 
 
 def test_a_portable_process_runs_the_portable_kernels():
@@ -82,8 +97,8 @@ def test_portable_processes_with_other_threads_batches_and_settings_agree_with_o
     assert wide['describe']['byte_stable_across_machines']
 
 
-def test_a_native_process_computes_this_process_bits(embedding_model):
-    out = child(kernels.NATIVE, 1, 1)
+def test_a_process_of_the_default_kernels_computes_this_process_bits(embedding_model):
+    out = child(kernels.DEFAULT_MODE, 1, 1)
     assert np.array_equal(out['vectors'], embed_texts(embedding_model, TEXTS))
     assert out['probe'] == kernel_probe(embedding_model)
 
