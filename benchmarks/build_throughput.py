@@ -6,14 +6,17 @@ each build a whole process (`python -m pipelines.build_index`), then encodes
 the same chunk texts with `SentenceTransformer.encode` and the same batch
 size, model load included: as a plain script does (`bare`: torch's own
 kernels, nothing pinned; the floor the targets are against) and once per
-kernel mode (`native`, `portable`; `bf16`: `embed_texts` through OpenVINO).
-Kernels are fixed per process (transforms/features/kernels.py), so every
-build and floor runs in a process of its own, alternating over --repeats
-rounds so noise from a shared machine hits all alike; the fastest of each
-counts. Prints chunks/s and each build against the bare floor: `native` (the
-default build; target <= 1.10), `portable` (the default on Dataflow), `bf16`
-(target <= 0.6; with --repeats >= 2 also the first round's, whose OpenVINO
-cache is empty, as on a machine's first bf16 build).
+setting the builds use (`native`, `portable`; `openvino`: `embed_texts`
+through OpenVINO in fp32; `bf16`: the same in bf16). Kernels are fixed per
+process (transforms/features/kernels.py), so every build and floor runs in a
+process of its own, alternating over --repeats rounds so noise from a shared
+machine hits all alike; the fastest of each counts. Prints chunks/s and each
+build against the bare floor: `default` (no --embed_kernels: the faster
+kernels of this CPU's family, `kernels.FASTEST`; target <= 1.00), `native`,
+`portable` (the default on Dataflow), `openvino` (--embed_backend openvino,
+fp32), `bf16` (target <= 0.6). With --repeats >= 2 OpenVINO builds also show
+the first round's, whose OpenVINO cache is empty, as on a machine's first
+such build.
 """
 
 import argparse
@@ -35,6 +38,21 @@ sys.path.insert(0, REPO)
 BARE = 'bare'
 # What pins the kernels (`kernels.pin`); a bare floor's process starts without them.
 _PIN_ENV = ('MKL_CBWR', 'MKL_ENABLE_INSTRUCTIONS', 'ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA')
+# The build without --embed_kernels, and the two settings that run on OpenVINO.
+DEFAULT, OPENVINO, BF16 = 'default', 'openvino', 'bf16'
+SETTINGS = (DEFAULT, 'native', 'portable', OPENVINO, BF16)
+# The flags that make each build setting.
+_FLAGS = {DEFAULT: [], 'native': ['--embed_kernels', 'native'], 'portable': ['--embed_kernels', 'portable'],
+          OPENVINO: ['--embed_backend', 'openvino'], BF16: ['--embed_precision', 'bf16']}
+# Targets against the bare floor.
+_TARGETS = {DEFAULT: 1.00, BF16: 0.6}
+
+
+def floor_of(setting: str) -> str:
+    """The floor a build setting is compared with beside the bare one: its own kernels or OpenVINO precision."""
+    from transforms.features import kernels
+
+    return kernels.DEFAULT_MODE if setting == DEFAULT else setting
 
 
 def floor_seconds(texts_file: str, batch_size: int, mode: str) -> float:
@@ -57,8 +75,9 @@ def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
 
         SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDING_MODEL), device='cpu').encode(
             texts, batch_size=batch_size, normalize_embeddings=True)
-    elif mode == precision.BF16:  # the same model through OpenVINO, its transformer compiled at load
-        model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'), mode)
+    elif mode in (OPENVINO, BF16):  # the same model through OpenVINO, its transformer compiled at load
+        model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'),
+                                        precision.BF16 if mode == BF16 else precision.FP32, precision.OPENVINO)
         embed_texts(model, texts, batch_size)
     else:
         model = load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode=mode)
@@ -68,14 +87,11 @@ def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
 
 def build_seconds(args, out: str, setting: str) -> float:
     """One whole build process (`python -m pipelines.build_index`: start, imports, model load included)."""
-    precision = 'bf16' if setting == 'bf16' else 'fp32'
-    kernels_flag = ['--embed_kernels', setting] if precision == 'fp32' else []
     started = time.perf_counter()
     subprocess.run([
         sys.executable, '-m', 'pipelines.build_index', '--input', os.path.join(args.data, '*.md'), '--output', out,
         '--chunker', 'recursive', '--chunk_size', '400', '--chunk_overlap', '200', '--progress', 'none',
-        '--embed_batch_size', str(args.batch_size), '--filter', args.filter, '--embed_precision', precision,
-        *kernels_flag,
+        '--embed_batch_size', str(args.batch_size), '--filter', args.filter, *_FLAGS[setting],
     ], cwd=REPO, check=True, capture_output=True, env={k: v for k, v in os.environ.items() if k not in _PIN_ENV})
     return time.perf_counter() - started
 
@@ -89,9 +105,10 @@ def main():
     parser.add_argument('--batch_size', type=int, default=64, help='Embedding batch size for both runs.')
     parser.add_argument('--repeats', type=int, default=1, help='Rounds of builds and floors; the fastest counts.')
     parser.add_argument('--filter', type=str, default='none', help='The builds\' --filter.')
-    parser.add_argument('--builds', type=str, default='native,portable',
-                        help='Builds to time, comma-separated: native (the default build), portable, bf16 '
-                             '(--embed_precision bf16; adds a bf16 floor).')
+    parser.add_argument('--builds', type=str, default='default,native,portable,openvino',
+                        help='Builds to time, comma-separated, of ' + ', '.join(SETTINGS) + ': default (no '
+                             '--embed_kernels), native, portable (--embed_kernels), openvino (--embed_backend '
+                             'openvino), bf16 (--embed_precision bf16). Each adds the floor of its setting.')
     parser.add_argument('--floor', type=str, default=None, help=argparse.SUPPRESS)  # a floor's own process
     parser.add_argument('--floor_mode', type=str, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -103,13 +120,13 @@ def main():
     if not corpora:
         parser.error(f'no *.md corpora under {args.data}')
     builds = args.builds.split(',')
-    if set(builds) - {*kernels.MODES, 'bf16'}:
-        parser.error(f'--builds: one of native, portable, bf16, got {args.builds}')
-    modes = [BARE, *kernels.MODES] + (['bf16'] if 'bf16' in builds else [])
+    if set(builds) - set(SETTINGS):
+        parser.error(f'--builds: of {", ".join(SETTINGS)}, got {args.builds}')
+    modes = [BARE] + sorted({floor_of(b) for b in builds}, key=SETTINGS.index)
     build_times, floors = {b: [] for b in builds}, {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         texts_file = os.path.join(tmp, 'texts.json')
-        # This machine's OpenVINO cache starts empty: the first round's bf16 build is a machine's first.
+        # This machine's OpenVINO cache starts empty: the first round's OpenVINO builds are a machine's first.
         os.environ[openvino_cache.ENV] = os.path.join(tmp, 'openvino')
         for _ in range(args.repeats):
             for setting in builds:
@@ -123,7 +140,8 @@ def main():
 
     bare = min(floors[BARE])
     print(f'corpora: {len(corpora)} files, {len(texts)} chunks (recursive 400/200, filter {args.filter}), '
-          f'batch {args.batch_size}, on {kernels.cpu_name()}')
+          f'batch {args.batch_size}, on {kernels.cpu_name()}, {kernels.cpu_vendor()}: default kernels '
+          f'{kernels.DEFAULT_MODE}')
     print('runs: ' + ', '.join(f'build {b} {[round(t, 1) for t in ts]} s' for b, ts in build_times.items())
           + ', ' + ', '.join(f'floor {m} {[round(t, 1) for t in ts]} s' for m, ts in floors.items()))
     for mode in modes:
@@ -132,8 +150,9 @@ def main():
               f'{best / bare:.3f}x bare')
     for setting, times in build_times.items():
         best = min(times)
-        target = '(target <= 0.6)' if setting == 'bf16' else '(target <= 1.10)' if setting == 'native' else ''
-        first = f'; first {times[0] / bare:.3f}x (empty OpenVINO cache)' if setting == 'bf16' and len(times) > 1 else ''
+        target = f'(target <= {_TARGETS[setting]:.2f})' if setting in _TARGETS else ''
+        first = (f'; first {times[0] / bare:.3f}x (empty OpenVINO cache)'
+                 if setting in (OPENVINO, BF16) and len(times) > 1 else '')
         print(f'build {setting:8} (whole process):          {best:7.2f} s  {len(texts) / best:7.1f} chunks/s  '
               f'{best / bare:.3f}x bare {target}{first}')
 

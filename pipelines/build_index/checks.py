@@ -52,19 +52,19 @@ def sample_chunk_texts(config: BuildConfig, model, n: int = precisions.SAMPLE) -
 
 
 def check_precision(config: BuildConfig, model) -> Optional[dict]:
-    """With a reduced precision, checks its vectors against fp32's on a sample of the corpus's chunks.
+    """On OpenVINO, checks its vectors against torch's fp32 on a sample of the corpus's chunks.
 
     Returns:
-      The manifest's `embedding.precision_check`, or None in fp32.
+      The manifest's `embedding.precision_check`, or None on torch.
 
     Raises:
-      ValueError: When the minimum cosine is below `precision.MIN_COSINE`.
+      ValueError: When the minimum cosine is below `precision.min_cosine`.
     """
-    if config.embedding.precision == precisions.FP32:
+    if config.embedding.backend == precisions.TORCH:
         return None
     check = precision_check(model, sample_chunk_texts(config, model), config.embedding.batch_size)
-    LOG.info('--embed_precision %s: min cosine %.6f, mean %.6f to fp32 on %d sampled chunks',
-             check.precision, check.min_cosine, check.mean_cosine, check.sample)
+    LOG.info('%s: min cosine %.6f, mean %.6f to fp32 on %d sampled chunks',
+             precisions.flag_of(check.precision, config.embedding.backend), check.min_cosine, check.mean_cosine, check.sample)
     return dataclasses.asdict(check)
 
 

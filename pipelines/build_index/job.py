@@ -199,8 +199,8 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
     """
     handle, model, dim, max_seq_length, ner_meta = models
     quality = None
-    if config.embedding.precision != precisions.FP32:
-        with view.step(f'check {config.embedding.precision} against fp32'):
+    if config.embedding.backend != precisions.TORCH:
+        with view.step(f'check {config.embedding.backend} {config.embedding.precision} against torch fp32'):
             quality = check_precision(config, model)
     cache = None
     if config.cache:

@@ -217,8 +217,10 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
         'model': {'name': config.embedding.model, 'dim': dim, 'max_seq_length': max_seq_length},
         # What the vectors' last bits depend on, to compare two runs by.
         'kernels': {**kernels.describe(config.embedding.kernels, config.embedding.device), 'probe': kernel_probe},
-        # A reduced precision, and how close its vectors came to fp32's on a sample of this corpus's chunks.
-        'embedding': {'precision': config.embedding.precision, 'precision_check': precision_check},
+        # The precision and backend, and with OpenVINO how close its vectors came to torch's fp32 on a sample of
+        # this corpus's chunks.
+        'embedding': {'precision': config.embedding.precision, 'backend': config.embedding.backend,
+                      'precision_check': precision_check},
         'versions': package_versions(),
         'counts': {
             'files': counters.get('read.files', 0),

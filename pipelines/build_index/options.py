@@ -71,22 +71,33 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--device', type=str, default='cpu',
                             help='Torch device for the embedding model.')
         parser.add_argument('--embed_kernels', type=str, default=None, choices=list(kernels.MODES),
-                            help='CPU kernels of the embedding model. native (the default but on Dataflow): the CPU\'s '
-                                 'fastest kernels, the same bits whatever the batch and threads on CPUs of one '
+                            help='CPU kernels of the embedding model; the default is the faster of the two on the '
+                                 'launcher\'s CPU family (native on AVX-512 and AMX CPUs, portable on AVX2-only '
+                                 'ones, where both run alike: the manifest\'s kernels.default_on_this_cpu), and '
+                                 'portable on Dataflow, whose workers are never the launcher\'s CPU. native: the '
+                                 'CPU\'s fastest kernels, the same bits whatever the batch and threads on CPUs of one '
                                  'kind (its kernel family, the manifest\'s kernels.probe; a feature cache of '
                                  'another family is embedded again, never mixed); portable: the same bits on '
                                  'every x86-64 CPU with AVX2, for a fleet of mixed CPUs (1.4-1.6x the embedding '
-                                 'time on AVX-512 CPUs; fp32 only; the default on Dataflow, whose workers are '
-                                 'never the launcher\'s CPU).')
+                                 'time on AVX-512 CPUs; fp32 only).')
         parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
                             choices=list(precisions.PRECISIONS),
-                            help='fp32: torch (--embed_kernels chooses its bits); bf16: '
+                            help='fp32: torch (--embed_kernels chooses its bits), or OpenVINO with --embed_backend '
+                                 'openvino; bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
                                  "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
                                  'is refused). The build '
                                  f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
                                  f'minimum cosine is below {precisions.MIN_COSINE}.')
+        parser.add_argument('--embed_backend', type=str, default=None, choices=list(precisions.BACKENDS),
+                            help='What runs the model: torch (the default in fp32), or openvino (the default in '
+                                 'bf16): its transformer compiled by OpenVINO for this CPU, on --embed_kernels '
+                                 'native. In fp32 its vectors are within a cosine of 1e-7 of torch\'s, but their '
+                                 'bits depend on the CPU; measured 0.84x torch\'s embedding time on an AVX2 AMD '
+                                 "EPYC (docs/guarantees.md). Needs pip install 'ragsieve[openvino]'; the build first "
+                                 f'embeds {precisions.SAMPLE} of its chunks both ways and stops if the minimum '
+                                 f'cosine is below {precisions.MIN_COSINE_FP32}.')
         parser.add_argument('--filter', type=str, default='cascade',
                             help='Redundancy filters, comma-separated, run in the order given; '
                                  'NAME or NAME@THRESHOLD, NAME one of '
@@ -289,8 +300,10 @@ class BuildConfig:
             embedding=EmbeddingConfig(
                 options.embedding_model, options.embed_batch_size, options.device,
                 precisions.kernel_mode(options.embed_precision,
-                                       precisions.check_kernels(options.embed_precision, requested_kernels(options))),
-                options.embed_precision),
+                                       precisions.check_kernels(options.embed_precision, requested_kernels(options),
+                                                                options.embed_backend),
+                                       options.embed_backend),
+                options.embed_precision, options.embed_backend),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
             max_file_bytes=formats.resolve_limits(options.max_file_bytes),
@@ -362,6 +375,7 @@ def filter_config(options: BuildIndexOptions) -> FilterConfig:
 
 def requested_kernels(options: BuildIndexOptions) -> Optional[str]:
     """`--embed_kernels`, or the runner's default in fp32 (`runners.default_kernels`), or None."""
-    if options.embed_kernels is not None or options.embed_precision != precisions.FP32:
+    if (options.embed_kernels is not None or options.embed_precision != precisions.FP32
+            or options.embed_backend not in (None, precisions.TORCH)):
         return options.embed_kernels
     return default_kernels(options.view_as(StandardOptions).runner)

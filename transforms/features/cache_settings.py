@@ -60,7 +60,7 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     """
     from transforms.features.embedding import LENGTH_BUCKET, kernel_probe
     from transforms.features.models import model_fingerprint
-    from transforms.features.precision import precision_of
+    from transforms.features.precision import backend_of, default_backend, precision_of
 
     return {
         'model': model_name,
@@ -71,6 +71,8 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
         'kernels': kernel_probe(model, device),
         # Also in the probe's digest; named so that a cache listing says why fp32 and bf16 never mix.
         'precision': precision_of(model),
+        # Named only off the precision's own backend (OpenVINO in fp32), so that the keys of existing caches stay.
+        **({} if backend_of(model) == default_backend(precision_of(model)) else {'backend': backend_of(model)}),
         **_versions('torch', 'transformers', 'sentence-transformers'),
     }
 

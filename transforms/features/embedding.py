@@ -41,6 +41,9 @@ class EmbeddingConfig:
         on every x86-64 CPU with AVX2 (see `transforms.features.kernels`).
       precision: `fp32` (default) or `bf16` (OpenVINO on the CPU's bf16
         units, native kernels; see `transforms.features.precision`).
+      backend: `torch` or `openvino` (the model's transformer compiled by
+        OpenVINO, native kernels); None: the precision's own (torch for
+        fp32, OpenVINO for bf16).
     """
 
     model: str = DEFAULT_EMBEDDING_MODEL
@@ -48,6 +51,7 @@ class EmbeddingConfig:
     device: str = 'cpu'
     kernels: str = kernels.DEFAULT_MODE
     precision: str = precisions.DEFAULT_PRECISION
+    backend: Optional[str] = None
 
     def __post_init__(self):
         if self.batch_size <= 0:
@@ -55,9 +59,12 @@ class EmbeddingConfig:
         check_device(self.device)
         kernels.check_mode(self.kernels)
         precisions.check_precision(self.precision, self.device)
-        if self.precision != precisions.FP32 and self.kernels != kernels.NATIVE:
-            # The portable caps (ONEDNN_MAX_CPU_ISA=AVX2) would hide the bf16 units from OpenVINO too.
-            raise ValueError(f'--embed_precision {self.precision} runs on --embed_kernels {kernels.NATIVE}')
+        # Frozen: the resolved backend is set once, here.
+        object.__setattr__(self, 'backend', precisions.check_backend(self.backend, self.precision, self.device))
+        if self.backend != precisions.TORCH and self.kernels != kernels.NATIVE:
+            # The portable caps (ONEDNN_MAX_CPU_ISA=AVX2) would hide the CPU's own units from OpenVINO too.
+            raise ValueError(f'{precisions.flag_of(self.precision, self.backend)} runs on --embed_kernels '
+                             f'{kernels.NATIVE}')
 
 
 def padded_length(n_tokens: int, max_length: int, bucket: int = LENGTH_BUCKET) -> int:
@@ -193,17 +200,19 @@ class SharedModel:
     """
 
     def __init__(self, name_or_path: str, device: str = 'cpu', kernel_mode: str = kernels.DEFAULT_MODE,
-                 probe: Optional[str] = None, precision: str = precisions.DEFAULT_PRECISION):
+                 probe: Optional[str] = None, precision: str = precisions.DEFAULT_PRECISION,
+                 backend: Optional[str] = None):
         self.name_or_path = name_or_path
         self.device = device
         self.kernel_mode = kernels.check_mode(kernel_mode)
         self.probe = probe
         self.precision = precision
+        self.backend = backend or precisions.default_backend(precision)
         self._shared = Shared()
 
     @classmethod
     def of(cls, config: EmbeddingConfig) -> 'SharedModel':
-        return cls(config.model, config.device, config.kernels, precision=config.precision)
+        return cls(config.model, config.device, config.kernels, precision=config.precision, backend=config.backend)
 
     def acquire(self, step: Optional[Callable] = None):
         """The process's model, loaded on first use.
@@ -212,22 +221,22 @@ class SharedModel:
           step: `step(name, detail)`, a context manager around each phase of
             a load (`progress.View.step`), for a launcher that shows them.
         """
-        tag = (self.name_or_path, self.device, self.kernel_mode, self.precision)
+        tag = (self.name_or_path, self.device, self.kernel_mode, self.precision, self.backend)
         return self._shared.acquire(lambda: self._load(step or _no_step), tag=tag)
 
     def _load(self, step: Callable):
         with step('load embedding model', self.name_or_path):
             model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
-        if self.precision != precisions.FP32:
+        if self.backend != precisions.TORCH:
             with step(f'convert to OpenVINO {self.precision}'):
-                model = precisions.set_precision(model, self.precision)
+                model = precisions.set_precision(model, self.precision, self.backend)
         with step('probe kernels', self.kernel_mode):
             probe = kernel_probe(model, self.device)
         if self.probe is not None and probe != self.probe and self.device == 'cpu':
             raise kernels.KernelError(
                 f'this worker ({kernels.cpu_name()}) computes other embedding bits than the launcher '
                 f'(kernel probe {probe}, launcher {self.probe}) with --embed_kernels {self.kernel_mode}, '
-                f'--embed_precision {self.precision}'
+                f'--embed_precision {self.precision}, --embed_backend {self.backend}'
                 + (f': run the build with --embed_kernels {kernels.PORTABLE}' if self.kernel_mode != kernels.PORTABLE
                    else ': please report this CPU'))
         self.probe = probe

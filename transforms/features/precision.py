@@ -1,14 +1,17 @@
-"""Reduced-precision embedding: the model's transformer run by OpenVINO in bf16, pooled as the model pools.
+"""The embedding's precision and backend: torch, or the model's transformer run by OpenVINO, pooled as the model pools.
 
-`fp32` (the default) is torch, bit-identical on one kind of CPU (native
-kernels) or on every x86-64 CPU (`--embed_kernels portable`; `kernels`). `bf16` compiles the same weights with OpenVINO for the CPU's
-bf16 units (AVX-512 BF16, AMX): measured on an AMX Xeon, 0.20x the time of
-torch fp32 (native kernels) at a minimum cosine of 0.99997 to it, and the
-same bits whatever the batch and threads on that CPU (the kernel probe
-checks it at every load) — but other bits on another CPU kind. The build
-checks the quality on a sample of its own chunks first
-(`embedding.precision_check`). The conversion and the checks passed are kept
-on the machine for the next build (`openvino_cache`).
+`fp32` on torch (the default) is bit-identical on one kind of CPU (native
+kernels) or on every x86-64 CPU (`--embed_kernels portable`; `kernels`).
+`bf16` compiles the same weights with OpenVINO for the CPU's bf16 units
+(AVX-512 BF16, AMX): measured on an AMX Xeon, 0.20x the time of torch fp32
+(native kernels) at a minimum cosine of 0.99997 to it. `fp32` on OpenVINO
+(`--embed_backend openvino`) compiles them in fp32: measured on an AVX2 AMD
+EPYC, 0.84x torch's embedding time at a minimum cosine of 0.9999999 (its
+sums run in another order). Both give the same bits whatever the batch and
+threads on one CPU (the kernel probe checks it at every load) but other bits
+on another CPU kind. The build checks the quality on a sample of its own
+chunks first (`embedding.precision_check`). The conversion and the checks
+passed are kept on the machine for the next build (`openvino_cache`).
 
 OpenVINO is an optional extra (`pip install 'ragsieve[openvino]'`).
 """
@@ -31,12 +34,18 @@ FP32 = 'fp32'
 BF16 = 'bf16'
 PRECISIONS = (FP32, BF16)
 DEFAULT_PRECISION = FP32
+TORCH = 'torch'
+OPENVINO = 'openvino'
+BACKENDS = (TORCH, OPENVINO)
 # The sample `check_quality` embeds both ways, and the bound its minimum cosine must reach.
 # 64 chunks (256 before issue 43): its fp32 half was most of a machine's first bf16 build's
 # fixed cost (51 s of it on a loaded AVX-512 Xeon), and a conversion fault moves every vector,
 # while the minimum over 256 (0.99996) sat 40x closer to 1 than the bound.
 SAMPLE = 64
 MIN_COSINE = 0.999
+# OpenVINO in fp32 differs from torch only in the order of its sums: the minimum over 256 chunks was
+# 0.99999988 on an AVX2 AMD EPYC, so a bound 10x tighter than bf16's still sits far from it.
+MIN_COSINE_FP32 = 0.9999
 _INPUTS = ('input_ids', 'attention_mask', 'token_type_ids')
 
 
@@ -57,6 +66,43 @@ def check_precision(precision: str, device: str = 'cpu') -> str:
         raise ValueError(f'--embed_precision {precision}: this CPU has no bf16 units (AVX-512 BF16 or AMX), '
                          'where bf16 would be slower than fp32: use --embed_precision fp32')
     return precision
+
+
+def default_backend(precision: str) -> str:
+    """torch for fp32; OpenVINO, the one backend ragsieve runs bf16 on, otherwise."""
+    return TORCH if precision == FP32 else OPENVINO
+
+
+def check_backend(backend: Optional[str], precision: str, device: str = 'cpu') -> str:
+    """The backend a build embeds with: `backend`, or `precision`'s default when None.
+
+    Raises:
+      ValueError: For an unknown backend, bf16 on torch, OpenVINO off the
+        CPU or without OpenVINO installed.
+    """
+    import importlib.util
+
+    if backend is None:
+        return default_backend(precision)
+    if backend not in BACKENDS:
+        raise ValueError(f'--embed_backend must be one of {", ".join(BACKENDS)}, got {backend!r}')
+    if backend == TORCH and precision != FP32:
+        raise ValueError(f'--embed_precision {precision} runs on --embed_backend {OPENVINO}, not {TORCH}')
+    if backend == OPENVINO and device != 'cpu':
+        raise ValueError(f'--embed_backend {OPENVINO} runs on the CPU; got --device {device}')
+    if backend == OPENVINO and importlib.util.find_spec('openvino') is None:
+        raise ValueError(f"--embed_backend {OPENVINO} needs OpenVINO: pip install 'ragsieve[openvino]'")
+    return backend
+
+
+def flag_of(precision: str, backend: str) -> str:
+    """The flag that asked for a model's OpenVINO forward, for messages."""
+    return f'--embed_backend {backend}' if precision == FP32 else f'--embed_precision {precision}'
+
+
+def min_cosine(precision: str) -> float:
+    """The bound a precision's check must reach (read at call time: a test may tighten it)."""
+    return MIN_COSINE_FP32 if precision == FP32 else MIN_COSINE
 
 
 def cpu_capabilities() -> list[str]:
@@ -81,6 +127,8 @@ def cpu_capabilities() -> list[str]:
 class OpenVINOForward:
     """Stands in for a SentenceTransformer's forward: its transformer compiled by OpenVINO, then mean pooling.
 
+    In `precision` (fp32 or bf16, OpenVINO's inference precision hint).
+
     Takes the features `embed_texts` builds (token ids, masks) and returns
     `{'sentence_embedding': tensor}` as the model does, so every caller of
     the model (chunkers, deltas, the probe) embeds in the same precision.
@@ -90,13 +138,14 @@ class OpenVINOForward:
         import openvino as ov
         import torch
 
+        flag = flag_of(precision, OPENVINO)
         pooling = model[1].get_config_dict() if len(model) > 1 else {}
         if not _mean_pooling(pooling):
-            raise ValueError(f'--embed_precision {precision} supports models with mean pooling only '
+            raise ValueError(f'{flag} supports models with mean pooling only '
                              f'(this one pools with {pooling or "none"})')
         after = [type(m).__name__ for m in list(model)[2:]]
         if set(after) - {'Normalize'}:  # a Dense layer after pooling would be skipped
-            raise ValueError(f'--embed_precision {precision} supports a transformer, mean pooling and '
+            raise ValueError(f'{flag} supports a transformer, mean pooling and '
                              f'normalization only (this model adds {after})')
         transformer = model[0].auto_model
         example = model.tokenizer(['an example'], padding='max_length', max_length=16, return_tensors='pt')
@@ -114,7 +163,7 @@ class OpenVINOForward:
         converted = openvino_cache.converted_model(key, convert)
         # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
         self._compiled = ov.Core().compile_model(converted, 'CPU', {
-            'INFERENCE_PRECISION_HINT': precision, 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+            'INFERENCE_PRECISION_HINT': 'f32' if precision == FP32 else precision, 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
         self.precision = precision
 
     def __call__(self, features: dict) -> dict:
@@ -134,33 +183,34 @@ def _mean_pooling(config: dict) -> bool:
     return modes == ['pooling_mode_mean_tokens']
 
 
-def kernel_mode(precision: str, requested: str) -> str:
-    """The kernels a run in `precision` uses: `requested` in fp32; native otherwise (they need the CPU's own units)."""
+def kernel_mode(precision: str, requested: str, backend: Optional[str] = None) -> str:
+    """The kernels a run uses: `requested` in fp32 on torch; native on OpenVINO (it needs the CPU's own units)."""
     from transforms.features import kernels
 
-    return requested if precision == FP32 else kernels.NATIVE
+    return requested if (backend or default_backend(precision)) == TORCH else kernels.NATIVE
 
 
-def check_kernels(precision: str, requested: Optional[str]) -> str:
-    """The `--embed_kernels` of a build: the one asked for, else the default of `precision`.
+def check_kernels(precision: str, requested: Optional[str], backend: Optional[str] = None) -> str:
+    """The `--embed_kernels` of a build: the one asked for, else the default of `precision` and `backend`.
 
     Raises:
-      ValueError: For portable kernels asked for with a reduced precision,
-        which runs on the CPU's own bf16 units: never silently native.
+      ValueError: For portable kernels asked for with OpenVINO, which runs
+        on the CPU's own units (bf16's among them): never silently native.
     """
     from transforms.features import kernels
 
+    backend = backend or default_backend(precision)
     if requested is None:
-        return kernels.DEFAULT_MODE if precision == FP32 else kernels.NATIVE
-    if precision != FP32 and requested == kernels.PORTABLE:
-        raise ValueError(f'--embed_kernels {kernels.PORTABLE} cannot run --embed_precision {precision}, which runs '
-                         f'on the CPU\'s own bf16 units: drop --embed_kernels, or pass {kernels.NATIVE}')
+        return kernels.DEFAULT_MODE if backend == TORCH else kernels.NATIVE
+    if backend != TORCH and requested == kernels.PORTABLE:
+        raise ValueError(f'--embed_kernels {kernels.PORTABLE} cannot run {flag_of(precision, backend)}, which runs '
+                         f'on the CPU\'s own units: drop --embed_kernels, or pass {kernels.NATIVE}')
     return requested
 
 
-def set_precision(model, precision: str):
-    """Makes `model` embed in `precision` (bf16: through `OpenVINOForward`); returns it."""
-    if precision != FP32:
+def set_precision(model, precision: str, backend: Optional[str] = None):
+    """Makes `model` embed in `precision` on `backend` (OpenVINO: through `OpenVINOForward`); returns it."""
+    if (backend or default_backend(precision)) == OPENVINO:
         model.forward = OpenVINOForward(model, precision)
     return model
 
@@ -168,6 +218,10 @@ def set_precision(model, precision: str):
 def precision_of(model) -> str:
     forward = model.__dict__.get('forward')
     return forward.precision if isinstance(forward, OpenVINOForward) else FP32
+
+
+def backend_of(model) -> str:
+    return OPENVINO if isinstance(model.__dict__.get('forward'), OpenVINOForward) else TORCH
 
 
 def weights_of(model) -> str:
@@ -178,7 +232,7 @@ def weights_of(model) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class QualityCheck:
-    """How close a reduced precision's vectors are to fp32's on a sample (the manifest's `precision_check`)."""
+    """How close OpenVINO's vectors (bf16 or fp32) are to torch's fp32 on a sample (the manifest's `precision_check`)."""
 
     precision: str
     sample: int
@@ -201,8 +255,8 @@ class QualityCheck:
             raise ValueError(f'not a check with fields {", ".join(names)}')
         precision, sample = values['precision'], values['sample']
         cosines = values['min_cosine'], values['mean_cosine']
-        if precision not in PRECISIONS or precision == FP32:
-            raise ValueError(f'precision {precision!r} is not a reduced precision')
+        if precision not in PRECISIONS:
+            raise ValueError(f'precision {precision!r} is not one of {", ".join(PRECISIONS)}')
         if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
             raise ValueError(f'sample {sample!r} is not a positive integer')
         if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and -1 <= c <= 1
@@ -214,20 +268,21 @@ class QualityCheck:
 
     @property
     def passed(self) -> bool:
-        return self.min_cosine >= MIN_COSINE
+        return self.min_cosine >= min_cosine(self.precision)
 
     def enforce(self) -> 'QualityCheck':
         """Returns the check if it passed.
 
         Raises:
-          ValueError: When the minimum cosine is below `MIN_COSINE`.
+          ValueError: When the minimum cosine is below `min_cosine(precision)`.
         """
         if not self.passed:
             remembered = (' (as an earlier build on this machine measured it; its OpenVINO cache holds that '
                           f'check: ${{{openvino_cache.ENV}}}=none measures again)' if self.remembered else '')
-            raise ValueError(f'--embed_precision {self.precision}: the minimum cosine to fp32 on {self.sample} '
-                             f'sampled chunks is {self.min_cosine:.6f}, below {MIN_COSINE}{remembered}: '
-                             'use --embed_precision fp32')
+            fallback = '--embed_precision fp32' if self.precision != FP32 else f'--embed_backend {TORCH}'
+            raise ValueError(f'{flag_of(self.precision, OPENVINO)}: the minimum cosine to fp32 on {self.sample} '
+                             f'sampled chunks is {self.min_cosine:.6f}, below {min_cosine(self.precision)}'
+                             f'{remembered}: use {fallback}')
         return self
 
 
@@ -238,10 +293,10 @@ def sample_texts(texts: Sequence[str], n: int = SAMPLE, seed: int = 0) -> list[s
 
 
 def check_quality(precision: str, reduced: np.ndarray, full: np.ndarray) -> QualityCheck:
-    """Compares a sample's unit vectors in `precision` (`reduced`) with the same texts' in fp32 (`full`).
+    """Compares a sample's unit vectors from OpenVINO in `precision` (`reduced`) with torch's fp32 (`full`).
 
     Raises:
-      ValueError: When the minimum cosine is below `MIN_COSINE`.
+      ValueError: When the minimum cosine is below `min_cosine(precision)`.
     """
     cosines = (reduced * full).sum(axis=1) if len(reduced) else np.ones(1)
     return QualityCheck(precision, len(reduced), round(float(cosines.min()), 7),

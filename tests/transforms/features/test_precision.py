@@ -1,10 +1,12 @@
-"""--embed_precision bf16: OpenVINO on the CPU's bf16 units, close to fp32, the same bits whatever the batch.
+"""OpenVINO's forward: bf16 on the CPU's bf16 units, or fp32 (--embed_backend openvino), close to torch's fp32
+and the same bits whatever the batch and threads.
 
-bf16 needs native kernels, which a process can only choose before torch's
+OpenVINO needs native kernels, which a process can only choose before torch's
 first kernel, and converts the model once per machine: the model tests run in
 fresh processes, each with the kernels and OpenVINO cache it asks for.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +27,8 @@ def has_bf16() -> bool:
         return False
 
 
+needs_openvino = pytest.mark.skipif(importlib.util.find_spec('openvino') is None,
+                                    reason="needs pip install 'ragsieve[openvino]'")
 needs_bf16 = pytest.mark.skipif(not has_bf16(), reason="needs a CPU with AVX-512 BF16 or AMX and "
                                 "pip install 'ragsieve[openvino]'")
 
@@ -36,9 +40,10 @@ from transforms.features.embedding import embed_texts, kernel_probe, precision_c
 from transforms.features.cache_settings import embedding_settings
 from transforms.features.models import load_embedding_model
 from tests.helpers import TEXTS
-threads, batch = int(sys.argv[1]), int(sys.argv[2])
+threads, batch, in_precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(threads)
-model = precision.set_precision(load_embedding_model('all-MiniLM-L6-v2', kernel_mode='native'), 'bf16')
+model = precision.set_precision(load_embedding_model('all-MiniLM-L6-v2', kernel_mode='native'), in_precision,
+                                'openvino')
 vectors = embed_texts(model, TEXTS, batch)
 alone = [embed_texts(model, [t])[0].tobytes().hex() for t in TEXTS]
 check = precision_check(model, TEXTS)
@@ -47,8 +52,8 @@ print(json.dumps({'hex': vectors.tobytes().hex(), 'alone': alone, 'probe': kerne
 '''
 
 
-def child(threads, batch):
-    done = subprocess.run([sys.executable, '-c', CHILD, str(threads), str(batch)], cwd=REPO,
+def child(threads, batch, in_precision='bf16'):
+    done = subprocess.run([sys.executable, '-c', CHILD, str(threads), str(batch), in_precision], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -68,6 +73,43 @@ def test_bf16_is_close_to_fp32_and_the_same_bits_whatever_the_batch_and_threads(
     fp32 = embedding_settings('m', embedding_model, 'cpu')
     assert fp32['precision'] == 'fp32' and one['settings']['precision'] == 'bf16'
     assert fp32['kernels'] != one['settings']['kernels']
+
+
+@needs_openvino
+def test_openvino_fp32_is_within_1e4_of_torch_and_the_same_bits_whatever_the_batch_and_threads(embedding_model):
+    from transforms.features.cache_settings import embedding_settings
+
+    one, two = child(1, 1, 'fp32'), child(2, 64, 'fp32')
+    assert np.array_equal(one['vectors'], two['vectors']) and one['probe'] == two['probe']
+    assert one['vectors'].tobytes().hex() == ''.join(one['alone'])
+    assert one['min_cosine'] >= precision.MIN_COSINE_FP32
+    # Its sums run in another order than torch's: another kernel family, and the cache key names the backend.
+    torch_fp32 = embedding_settings('m', embedding_model, 'cpu')
+    assert one['settings']['precision'] == 'fp32' and one['settings']['backend'] == 'openvino'
+    assert 'backend' not in torch_fp32 and one['settings']['kernels'] != torch_fp32['kernels']
+
+
+@needs_openvino
+def test_a_build_on_openvino_fp32_checks_its_sample_and_gives_the_same_bytes_twice(tmp_path):
+    def build(out, *flags):
+        done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(REPO / 'sample_corpus'),
+                               '--output', str(out), '--chunk_size', '64', '--embed_backend', 'openvino', *flags],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        return done, (json.loads((out / 'manifest.json').read_text()) if done.returncode == 0 else None)
+
+    (_, first), (_, second) = build(tmp_path / 'a'), build(tmp_path / 'b', '--embed_kernels', 'native')
+    check = first['embedding']['precision_check']
+    assert first['embedding'] == {'precision': 'fp32', 'backend': 'openvino', 'precision_check': check}
+    assert check['min_cosine'] >= precision.MIN_COSINE_FP32 and not check['remembered']
+    assert second['embedding']['precision_check'] == {**check, 'remembered': True}
+    assert first['kernels']['mode'] == kernels.NATIVE and not first['kernels']['byte_stable_across_machines']
+    for table in ('chunks', 'index'):
+        for part in sorted((tmp_path / 'a' / table).iterdir()):
+            assert part.read_bytes() == (tmp_path / 'b' / table / part.name).read_bytes(), part
+    # OpenVINO runs on the CPU's own units: portable kernels are refused, before any model loads.
+    refused, _ = build(tmp_path / 'c', '--embed_kernels', 'portable')
+    assert refused.returncode == 2 and not (tmp_path / 'c').exists()
+    assert '--embed_kernels portable cannot run --embed_backend openvino' in refused.stderr
 
 
 @needs_bf16
@@ -111,6 +153,13 @@ def test_a_cpu_without_bf16_units_gets_a_clear_message(monkeypatch):
 def test_bad_precisions_and_settings_are_refused():
     with pytest.raises(ValueError, match='must be one of fp32, bf16'):
         precision.check_precision('int4')
+    with pytest.raises(ValueError, match='--embed_backend must be one of torch, openvino'):
+        precision.check_backend('onnx', 'fp32')
+    with pytest.raises(ValueError, match='--embed_precision bf16 runs on --embed_backend openvino, not torch'):
+        precision.check_backend('torch', 'bf16')
+    with pytest.raises(ValueError, match='--embed_backend openvino runs on the CPU'):
+        precision.check_backend('openvino', 'fp32', 'cuda')
+    assert [precision.check_backend(None, 'fp32'), precision.check_backend(None, 'bf16')] == ['torch', 'openvino']
     if has_bf16():
         with pytest.raises(ValueError, match='runs on --embed_kernels native'):
             EmbeddingConfig(precision='bf16', kernels=kernels.PORTABLE)
@@ -133,6 +182,14 @@ def test_the_quality_bound_refuses_vectors_too_far_from_fp32():
     far /= np.linalg.norm(far, axis=1, keepdims=True)
     with pytest.raises(ValueError, match='minimum cosine to fp32 on 3 sampled chunks is 0.995037, below 0.999'):
         precision.check_quality('bf16', far, full)
+    # OpenVINO in fp32 only reorders its sums: a bound 10x tighter, and the flag to drop is the backend.
+    assert precision.check_quality('fp32', close, full).passed
+    nearer_bf16 = np.array([[1, 0.02, 0], [0, 1, 0], [0, 0, 1]], np.float32)
+    nearer_bf16 /= np.linalg.norm(nearer_bf16, axis=1, keepdims=True)
+    assert precision.check_quality('bf16', nearer_bf16, full).passed
+    with pytest.raises(ValueError, match=r'^--embed_backend openvino: .* is 0.999800, below 0.9999: '
+                                         'use --embed_backend torch$'):
+        precision.check_quality('fp32', nearer_bf16, full)
 
 
 def test_the_sample_is_fixed_and_seeded():
