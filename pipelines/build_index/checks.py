@@ -64,7 +64,8 @@ def check_precision(config: BuildConfig, model) -> Optional[dict]:
         return None
     check = precision_check(model, sample_chunk_texts(config, model), config.embedding.batch_size)
     LOG.info('%s: min cosine %.6f, mean %.6f to fp32 on %d sampled chunks',
-             precisions.flag_of(check.precision, config.embedding.backend), check.min_cosine, check.mean_cosine, check.sample)
+             precisions.flag_of(check.precision, config.embedding.backend), check.min_cosine, check.mean_cosine,
+             check.sample)
     return dataclasses.asdict(check)
 
 

@@ -94,8 +94,8 @@ class BuildIndexOptions(PipelineOptions):
                             help='What runs the model: torch (the default in fp32), or openvino (the default in '
                                  'bf16): its transformer compiled by OpenVINO for this CPU, on --embed_kernels '
                                  'native. In fp32 its vectors are within a cosine of 1e-7 of torch\'s, but their '
-                                 'bits depend on the CPU; measured 0.84x torch\'s embedding time on an AVX2 AMD '
-                                 "EPYC (docs/guarantees.md). Needs pip install 'ragsieve[openvino]'; the build first "
+                                 'bits depend on the CPU; on an AVX2 AMD EPYC its encode took 0.84-0.97x torch\'s '
+                                 "(docs/guarantees.md). Needs pip install 'ragsieve[openvino]'; the build first "
                                  f'embeds {precisions.SAMPLE} of its chunks both ways and stops if the minimum '
                                  f'cosine is below {precisions.MIN_COSINE_FP32}.')
         parser.add_argument('--filter', type=str, default='cascade',

@@ -47,7 +47,8 @@ MODES = (PORTABLE, NATIVE)
 # - AVX-512 and AMX Xeons: portable costs 1.60x (issue 43) and 1.40x native's embedding.
 # - AVX2 AMD EPYC (issue 49): both run MKL's own branch capped at AVX2 and ATen's AVX2
 #   kernels, and give one probe digest; portable was as fast or faster in every round
-#   (24.0 s against 25.1 s on 256 chunks), and its bits are every AVX2 CPU's.
+#   (24.0 s against 25.1 s on 256 chunks; whole builds 0.981x and 1.032x a bare
+#   encode), and its bits are every AVX2 CPU's.
 # Not measured: AVX2 Intel CPUs, where MKL's own branch is its AVX2 one, so both
 # modes compute alike (portable, for its bits); AVX-512 AMD CPUs (native, as on
 # Intel's AVX-512). An unknown family (no MKL, another architecture) gets native.
