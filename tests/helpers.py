@@ -580,11 +580,18 @@ def throwaway_postgres():
         shutil.chown(root, POSTGRES_USER)
         run_as = ['runuser', '-u', POSTGRES_USER, '--']
     data, port = root / 'data', free_port()
-    subprocess.run(run_as + [str(bin_dir / 'initdb'), '-D', str(data), '-U', 'postgres', '--auth=trust',
-                             '-E', 'UTF8', '--no-sync'], check=True, capture_output=True)
-    subprocess.run(run_as + [str(bin_dir / 'pg_ctl'), '-D', str(data), '-l', str(root / 'log'), '-w', '-o',
-                             f'-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off', 'start'],
-                   check=True, capture_output=True)
+
+    def run(*command):
+        # In the server's own directory (the test process's may be one the server's user cannot read), and a
+        # failure says what the server printed.
+        done = subprocess.run(run_as + [str(bin_dir / command[0]), *command[1:]], cwd=root, capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f'{command[0]} exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}')
+
+    run('initdb', '-D', str(data), '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync')
+    run('pg_ctl', '-D', str(data), '-l', str(root / 'log'), '-w', '-o',
+        f'-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off', 'start')
     try:
         yield f'postgresql://postgres@127.0.0.1:{port}/postgres'
     finally:
