@@ -163,7 +163,8 @@ class OpenVINOForward:
         converted = openvino_cache.converted_model(key, convert)
         # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
         self._compiled = ov.Core().compile_model(converted, 'CPU', {
-            'INFERENCE_PRECISION_HINT': 'f32' if precision == FP32 else precision, 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+            'INFERENCE_PRECISION_HINT': 'f32' if precision == FP32 else precision,
+            'INFERENCE_NUM_THREADS': torch.get_num_threads()})
         self.precision = precision
 
     def __call__(self, features: dict) -> dict:
@@ -232,7 +233,7 @@ def weights_of(model) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class QualityCheck:
-    """How close OpenVINO's vectors (bf16 or fp32) are to torch's fp32 on a sample (the manifest's `precision_check`)."""
+    """How close OpenVINO's vectors (bf16 or fp32) are to torch's fp32 on a sample (manifest: `precision_check`)."""
 
     precision: str
     sample: int
