@@ -11,6 +11,8 @@ from transforms.output.tables import MANIFEST_FILE
 # Test seam: a build whose environment names one of its checkpoints kills
 # itself there with SIGKILL, exactly like `kill -9` at that point.
 KILL_AT_ENV = 'RAGSIEVE_KILL_AT'
+# Test seam: ... or stops itself there with SIGSTOP, as a long pause would (a test sends SIGCONT).
+STOP_AT_ENV = 'RAGSIEVE_STOP_AT'
 # In a plain output on an object store while `publish` replaces it: the staging it publishes.
 PUBLISHING_FILE = '.publishing'
 
@@ -147,10 +149,11 @@ def split_complete(files: Iterable[tuple[str, str, float]], marker: str) -> tupl
 
 
 def checkpoint(name: str) -> None:
-    """Kills this process with SIGKILL when the environment names this point (tests only)."""
+    """Kills (SIGKILL) or stops (SIGSTOP) this process when the environment names this point (tests only)."""
     import os
+    import signal
 
     if os.environ.get(KILL_AT_ENV) == name:
-        import signal
-
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(STOP_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGSTOP)
