@@ -1,12 +1,15 @@
 """A build's job on an engine: bounded when it makes no progress, cancelled when its job service is lost or on Ctrl-C."""
 
 import _thread
+import contextlib
 import http.server
+import itertools
 import json
 import logging
+import signal
 import socket
 import threading
-import time
+import types
 
 import grpc
 import pytest
@@ -17,24 +20,52 @@ from pipelines.build_index import engine_job
 from pipelines.common import exits, failures
 
 
+# Longer than any test here waits for its fake job: a job neither cancelled nor ended by then fails the test.
+JOB_SECONDS = 120
+
+
 class FakeResult:
-    """A PipelineResult whose job runs until it is cancelled, or ends as told."""
+    """A PipelineResult whose job runs until cancelled or `end` (or for `after` seconds), then ends as told."""
 
     def __init__(self, ends_with=None, after=None):
-        self.cancelled = threading.Event()
+        self.cancelled, self.finished = threading.Event(), threading.Event()
         self.ends_with, self.after = ends_with, after
 
+    def end(self):
+        self.finished.set()
+
     def wait_until_finish(self):
-        if self.after is not None:
-            time.sleep(self.after)
-            if self.ends_with is not None:
-                raise self.ends_with
-            return 'DONE'
-        self.cancelled.wait(30)
-        return 'CANCELLED'
+        if not self.finished.wait(JOB_SECONDS if self.after is None else self.after) and self.after is None:
+            raise AssertionError(f'the fake job was neither cancelled nor ended in {JOB_SECONDS} s')
+        if self.cancelled.is_set():
+            return 'CANCELLED'
+        if self.ends_with is not None:
+            raise self.ends_with
+        return 'DONE'
 
     def cancel(self):
         self.cancelled.set()
+        self.finished.set()
+
+
+def seconds_apart(step):
+    """A clock for `engine_job.wait` that moves `step` seconds each time it is read: one look at the job."""
+    ticks = itertools.count(step=step)
+    return lambda: float(next(ticks))
+
+
+@contextlib.contextmanager
+def ctrl_c_raises():
+    """Python's own SIGINT handler while the block runs.
+
+    A test process started in the background (`make test &`) inherits SIGINT
+    ignored, and then `_thread.interrupt_main` does nothing.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 class LostJobService(grpc.RpcError):
@@ -62,19 +93,25 @@ def test_a_stall_timeout_must_be_zero_or_positive(seconds):
 
 
 def test_a_job_without_progress_is_cancelled_and_ends_in_one_line():
-    result = FakeResult()
-    started = time.monotonic()
-    with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 0.3 s '
+    result = FakeResult()  # runs until cancelled
+    with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 60 s '
                                                   r'\(--engine_stall_timeout\): cancelled through the job service'):
-        engine_job.wait(result, flink(), lambda: {'read.files': 2}, 0.3, poll=0.05)
-    assert result.cancelled.is_set() and time.monotonic() - started < 5
+        engine_job.wait(result, flink(), lambda: {'read.files': 2}, 60, clock=seconds_apart(10), poll=0.01)
+    assert result.cancelled.is_set()
     assert engine_job.JobEnded.exit_code == exits.JOB_FAILED
 
 
 def test_a_job_whose_counts_move_is_never_stalled():
-    ticks = iter(range(10 ** 6))
-    result = FakeResult(after=1.0)
-    engine_job.wait(result, flink(), lambda: next(ticks), 0.2, poll=0.05)
+    result = FakeResult()
+    looks = itertools.count()
+
+    def progress():  # a new count at each look, 10 s apart: an unchanged one would stall at the second
+        seen = next(looks)
+        if seen == 20:
+            result.end()
+        return seen
+
+    engine_job.wait(result, flink(), progress, 5, clock=seconds_apart(10), poll=0.01)
     assert not result.cancelled.is_set()
 
 
@@ -85,7 +122,7 @@ def test_without_live_counts_nothing_but_the_engine_bounds_the_job():
 
 
 def test_a_lost_job_service_cancels_the_job_and_is_one_line():
-    result = FakeResult(ends_with=LostJobService(), after=0.1)
+    result = FakeResult(ends_with=LostJobService(), after=0)
     with pytest.raises(engine_job.JobEnded, match=r'^error: lost the job service \(UNAVAILABLE\) while the job ran '
                                                   r'on flink: cancelled through the job service'):
         engine_job.wait(result, flink(), None, 900, poll=0.05)
@@ -95,29 +132,42 @@ def test_a_lost_job_service_cancels_the_job_and_is_one_line():
 def test_the_jobs_own_failure_is_raised_as_it_was():
     failure = RuntimeError('Pipeline job-1 failed in state FAILED: java.io.IOException: no buffers')
     with pytest.raises(RuntimeError) as raised:
-        engine_job.wait(FakeResult(ends_with=failure, after=0.1), flink(), None, 900, poll=0.05)
+        engine_job.wait(FakeResult(ends_with=failure, after=0), flink(), None, 900, poll=0.05)
     assert raised.value is failure
 
 
 def test_ctrl_c_cancels_the_job_then_interrupts():
-    result = FakeResult()
-    threading.Timer(0.3, _thread.interrupt_main).start()
-    with pytest.raises(KeyboardInterrupt):
-        engine_job.wait(result, flink(), None, 900, poll=0.05)
+    result = FakeResult()  # runs until cancelled
+    looks = itertools.count()
+
+    def progress():
+        # Read by `wait` on the launcher's thread while the job runs: Ctrl-C then reaches it inside `wait`.
+        if next(looks) == 0:
+            _thread.interrupt_main()
+        return 0
+
+    with ctrl_c_raises(), pytest.raises(KeyboardInterrupt):
+        engine_job.wait(result, flink(), progress, 900, clock=lambda: 0.0, poll=0.01)
     assert result.cancelled.is_set()
 
 
 def test_the_direct_runner_is_waited_for_as_beam_does():
-    result = FakeResult(after=0.1)
+    result = FakeResult(after=0)
     engine_job.wait(result, PipelineOptions([]), lambda: 0, 0.01, poll=0.01)
     assert not result.cancelled.is_set()
 
 
-def test_a_master_nothing_answers_at_is_refused_at_once():
+def test_a_master_nothing_answers_at_is_refused_at_once(monkeypatch):
     with socket.socket() as s:  # a port no one listens on
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
-    started = time.monotonic()
+    tried = []
+
+    def create_connection(address, timeout):
+        tried.append(address)
+        return socket.create_connection(address, timeout=timeout)
+
+    monkeypatch.setattr(engine_job, 'socket', types.SimpleNamespace(create_connection=create_connection))
     with pytest.raises(ValueError, match=rf'^--flink_master 127.0.0.1:{port}: nothing answers there'):
         engine_job.check_reachable(flink('--flink_master', f'127.0.0.1:{port}'))
     with pytest.raises(ValueError, match=rf'^--flink_master localhost:{port}: nothing answers there'):
@@ -125,11 +175,13 @@ def test_a_master_nothing_answers_at_is_refused_at_once():
     with pytest.raises(ValueError, match=rf'^--spark_master_url 127.0.0.1:{port}: nothing answers there'):
         engine_job.check_reachable(PipelineOptions(['--runner', 'SparkRunner',
                                                     '--spark_master_url', f'spark://127.0.0.1:{port}']))
-    assert time.monotonic() - started < 5
+    # One try each, nothing waited for: a refused connection is the answer.
+    assert tried == [('127.0.0.1', port), ('localhost', port), ('127.0.0.1', port)]
     for embedded in (flink('--flink_master', '[local]'), PipelineOptions(['--runner', 'SparkRunner']),
                      PipelineOptions(['--runner', 'SparkRunner', '--spark_master_url', 'local[4]']),
                      PipelineOptions(['--runner', 'DirectRunner'])):
         engine_job.check_reachable(embedded)
+    assert len(tried) == 3  # an embedded engine has nothing to reach
 
 
 class FakeFlink(http.server.BaseHTTPRequestHandler):
@@ -211,16 +263,24 @@ def test_job_ended_is_one_line_and_exit_6(capsys):
         'cancelled through the job service; nothing was published']
 
 
-def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, capsys):
+def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, capsys, monkeypatch):
+    from pipelines.build_index import job
+
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
     (tmp_path / 'docs').mkdir()
     (tmp_path / 'docs' / 'a.md').write_text('# A\n\nSome text.\n')
-    started = time.monotonic()
+    loaded = []
+
+    def load_models(*args, **kwargs):
+        loaded.append(args)
+        raise AssertionError('the models were loaded')
+
+    monkeypatch.setattr(job, 'load_models', load_models)
     assert cli.main(['build', '--input', str(tmp_path / 'docs'), '--output', str(tmp_path / 'out'),
                      '--runner', 'FlinkRunner', '--flink_master', f'localhost:{port}']) == exits.FAILED
-    assert time.monotonic() - started < 10
+    assert not loaded  # refused before the models load (and before the locks: no output below)
     assert capsys.readouterr().err.splitlines() == [
         f'ragsieve build: error: --flink_master localhost:{port}: nothing answers there (Connection refused); '
         'start the cluster (python -m engines start ...) or correct the flag']
