@@ -2,11 +2,20 @@
 
 import json
 import socket
-import time
+import types
 
 import pytest
 
 from transforms import progress
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    """The senders' clock, moved only by the test (`clock.now`), and no sender left by another test."""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(progress, 'time', types.SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(progress, '_sender', None)
+    return clock
 
 
 @pytest.fixture
@@ -14,15 +23,16 @@ def receiver(monkeypatch):
     """A UDP socket on the loopback, its address in the environment the stages read."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(('127.0.0.1', 0))
-    sock.settimeout(2)
     monkeypatch.setenv(progress.ENV, f'127.0.0.1:{sock.getsockname()[1]}')
     yield sock
     sock.close()
 
 
-def received(sock) -> list[dict]:
-    messages = []
-    sock.settimeout(0.3)
+def received(sock, expected: int) -> list[dict]:
+    """The next `expected` messages, each waited for up to a minute, and any more that follow at once."""
+    sock.settimeout(60)
+    messages = [json.loads(sock.recv(65536)) for _ in range(expected)]
+    sock.settimeout(0.3)  # only to see a message too many (a later one goes unseen, never fails a test)
     try:
         while True:
             messages.append(json.loads(sock.recv(65536)))
@@ -30,15 +40,16 @@ def received(sock) -> list[dict]:
         return messages
 
 
-def test_counts_are_sent_cumulative_at_most_every_half_second(receiver):
+def test_counts_are_sent_cumulative_at_most_every_half_second(receiver, clock):
     progress.count(progress.CHUNKS, 3)  # a new address: the first count is sent at once
+    clock.now += progress.SEND_SECONDS - 0.01
     progress.count(progress.CHUNKS, 4)
     progress.count(progress.EMBEDDED, 2)
-    first = received(receiver)
+    first = received(receiver, 1)
     assert [m['counts'] for m in first] == [{progress.CHUNKS: 3}]
-    time.sleep(progress.SEND_SECONDS)
+    clock.now += 0.01
     progress.count(progress.CHUNKS, 1)
-    (second,) = received(receiver)
+    (second,) = received(receiver, 1)
     assert second['counts'] == {progress.CHUNKS: 8, progress.EMBEDDED: 2}
     assert second['sender'] == first[0]['sender'] and second['sequence'] > first[0]['sequence']
 
@@ -47,14 +58,14 @@ def test_flush_sends_what_the_throttle_held_back(receiver):
     progress.count(progress.PARTS)
     progress.count(progress.PARTS)
     progress.flush()
-    assert [m['counts'] for m in received(receiver)] == [{progress.PARTS: 1}, {progress.PARTS: 2}]
+    assert [m['counts'] for m in received(receiver, 2)] == [{progress.PARTS: 1}, {progress.PARTS: 2}]
 
 
 def test_a_new_address_starts_the_counts_again(receiver, monkeypatch):
     progress.count(progress.FILES, 5)
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     other.bind(('127.0.0.1', 0))
-    other.settimeout(2)
+    other.settimeout(60)
     monkeypatch.setenv(progress.ENV, f'127.0.0.1:{other.getsockname()[1]}')
     progress.count(progress.FILES, 1)
     assert json.loads(other.recv(65536))['counts'] == {progress.FILES: 1}
@@ -95,4 +106,4 @@ def test_each_key_is_the_beam_counter_of_the_same_count():
 def test_each_datagram_carries_the_jobs_token(receiver, monkeypatch):
     monkeypatch.setenv(progress.TOKEN_ENV, 'job-secret')
     progress.count(progress.CHUNKS, 2)
-    assert [m['token'] for m in received(receiver)] == ['job-secret']
+    assert [m['token'] for m in received(receiver, 1)] == ['job-secret']
