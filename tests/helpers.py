@@ -916,3 +916,144 @@ def same_build(remote: dict, local: dict, remote_corpus: str, local_corpus) -> b
         if rows != pq.read_table(io.BytesIO(local[name])).to_pylist():
             return False
     return True
+
+
+# --- faults between a client and a store ---------------------------------------------------------------------
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of a test store that loses answers and drops requests on cue.
+
+    Faults a network makes, for real: the client's connection is closed
+    after the store applied a request (`lose_answer`: the client retries and
+    meets its own write) or before it was sent on (`drop`: the request never
+    reaches the store). A rule matches a method and a piece of the unquoted
+    path, query or body (`PUT`, `/.lock`: S3 names the object in the path,
+    GCS's upload in its body) and fires `times` times (None: until `clear`); every
+    other request passes untouched, its signature with it (the Host header
+    is forwarded as the client sent it).
+    """
+
+    def __init__(self, upstream: str):
+        import http.server
+        import threading
+
+        self.upstream = upstream.removeprefix('http://')
+        self.rules: list[list] = []
+        self.seen: list[tuple[str, str, str]] = []  # (method, path, what was done)
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                proxy._serve(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _any
+
+        self._server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f'http://127.0.0.1:{self._server.server_address[1]}'
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def lose_answer(self, method: str, piece: str, times: Optional[int] = 1) -> None:
+        """Sends matching requests on, then closes the client's connection without the store's answer."""
+        self._add(method, piece, 'lose_answer', times)
+
+    def drop(self, method: str, piece: str, times: Optional[int] = None) -> None:
+        """Closes the client's connection on matching requests without sending them on."""
+        self._add(method, piece, 'drop', times)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.rules.clear()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _add(self, method: str, piece: str, action: str, times: Optional[int]) -> None:
+        with self._lock:
+            self.rules.append([method, piece, action, times])
+
+    def _action(self, method: str, path: str, body: bytes) -> str:
+        import urllib.parse
+
+        where = urllib.parse.unquote(path) + body.decode('latin-1')
+        with self._lock:
+            for rule in self.rules:
+                rule_method, piece, action, times = rule
+                if rule_method in (method, '*') and piece in where and times != 0:
+                    if times is not None:
+                        rule[3] = times - 1
+                    self.seen.append((method, path, action))
+                    return action
+            self.seen.append((method, path, 'pass'))
+            return 'pass'
+
+    def _serve(self, handler) -> None:
+        import http.client
+
+        body = self._body(handler)
+        action = self._action(handler.command, handler.path, body)
+        if action == 'drop':
+            handler.close_connection = True
+            handler.connection.shutdown(2)
+            return
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in ('expect', 'transfer-encoding')}
+        headers['Content-Length'] = str(len(body))
+        upstream = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            upstream.request(handler.command, handler.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            data = answer.read()
+        finally:
+            upstream.close()
+        if action == 'lose_answer':
+            handler.close_connection = True
+            handler.connection.shutdown(2)
+            return
+        handler.send_response_only(answer.status, answer.reason)
+        for key, value in answer.getheaders():
+            if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
+                handler.send_header(key, value)
+        handler.send_header('Content-Length', str(len(data)))
+        handler.end_headers()
+        if handler.command != 'HEAD':
+            handler.wfile.write(data)
+
+    @staticmethod
+    def _body(handler) -> bytes:
+        if handler.headers.get('Transfer-Encoding', '').lower() == 'chunked':
+            chunks = []
+            while True:
+                size = int(handler.rfile.readline().split(b';')[0].strip(), 16)
+                if size == 0:
+                    while handler.rfile.readline() not in (b'\r\n', b'\n', b''):
+                        pass
+                    return b''.join(chunks)
+                chunks.append(handler.rfile.read(size))
+                handler.rfile.readline()
+        return handler.rfile.read(int(handler.headers.get('Content-Length') or 0))
+
+
+@contextlib.contextmanager
+def fault_proxy(server, monkeypatch=None):
+    """A `FaultProxy` in front of a test store (`minio`, `fake_gcs`); with `monkeypatch`, this process's
+    store settings point at it. Yields the proxy; closes it after."""
+    proxy = FaultProxy(server.endpoint)
+    try:
+        if monkeypatch is not None:
+            from transforms import storage
+
+            for key, value in server.env.items():
+                monkeypatch.setenv(key, proxy.endpoint if value == server.endpoint else value)
+            storage.configure()
+        yield proxy
+    finally:
+        proxy.close()

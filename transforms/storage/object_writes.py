@@ -4,7 +4,9 @@ Beam's filesystems have no conditional write, so a lease (`leases.py`)
 talks to the store's own client: boto3 for s3://, google-cloud-storage for
 gs://, built from the same options (`storage.configure`). A version is
 what the store compares: an object's ETag on S3, its generation on GCS.
-Each call returns None where the store refused the condition.
+Each call returns None where the store refused the condition, and raises
+MissingBucket where there is no bucket to write to (a condition refused is
+no reason to think another writer was there).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ def _gcs(path: str):
     return gcsio.GcsIO(pipeline_options=storage.pipeline_options()).client.bucket(bucket).blob(key)
 
 
+class MissingBucket(ValueError):
+    """The bucket of a path does not exist: one line naming it (exit 2)."""
+
+
+def _missing_bucket(path: str) -> MissingBucket:
+    bucket = path.split('://', 1)[1].split('/', 1)[0]
+    return MissingBucket(f'the bucket {bucket!r} of {path} does not exist (or these credentials cannot see it): '
+                         'create it, or name another')
+
+
 def _s3_refused(error) -> bool:
     """A condition the store refused (412, or 409 for two conditional writes at once), or the object is gone."""
     response = getattr(error, 'response', None) or {}
@@ -44,6 +56,8 @@ def _s3_call(path: str, method: str, **kwargs) -> Optional[dict]:
     try:
         return getattr(client, method)(Bucket=bucket, Key=key, **kwargs)
     except ClientError as e:
+        if (getattr(e, 'response', None) or {}).get('Error', {}).get('Code') == 'NoSuchBucket':
+            raise _missing_bucket(path) from None
         if _s3_refused(e):
             return None
         raise
@@ -56,7 +70,11 @@ def _gcs_upload(path: str, data: bytes, generation: int) -> Optional[str]:
     blob = _gcs(path)
     try:
         blob.upload_from_string(data, if_generation_match=generation)
-    except (NotFound, PreconditionFailed):
+    except NotFound:  # the object conditioned on is gone (a refusal), or there is no bucket at all
+        if not blob.bucket.exists():
+            raise _missing_bucket(path) from None
+        return None
+    except PreconditionFailed:
         return None
     return str(blob.generation)
 

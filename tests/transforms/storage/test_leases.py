@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from tests.helpers import fault_proxy
 from transforms import storage
 from transforms.storage import leases, object_writes
 
@@ -59,3 +60,56 @@ def test_a_renewal_refused_marks_the_lease_lost(object_store):
         lease.check()
     lease.release()
     assert leases.read_body(object_writes.read_versioned(path)[0])['holder'] == 'thief:9'  # not deleted: not ours
+
+
+class Clock:
+    """A monotonic clock a test moves: a holder's pause, without waiting for it."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_holder_paused_past_its_lease_finds_it_lost_by_its_own_clock(object_store):
+    path, clock = f'{object_store}/.lock', Clock()
+    lease = leases.Lease(path, object_store, seconds=60, clock=clock)  # no background renewal within the test
+    lease.acquire()
+    clock.now += lease.safe_seconds - 1
+    lease.fence()  # renewed: ours for safe_seconds from now
+    clock.now += lease.safe_seconds - 1
+    lease.check()
+    clock.now += 1  # as a process stopped with SIGSTOP, or cut off from the store, past its lease less the margin
+    with pytest.raises(leases.Lost, match=rf'^the lease {path} on {object_store} was lost: no renewal succeeded '
+                                          r'for 45 s .+nothing was published$'):
+        lease.check()
+    # Lost is lost: the store would still take a renewal (no one came), but the holder does not ask.
+    with pytest.raises(leases.Lost):
+        lease.fence()
+    lease.release()  # still the object's version: given back
+    assert object_writes.read_versioned(path) is None
+
+
+def test_a_lost_answer_to_the_taking_write_is_resolved_by_reading_the_lease_back(object_store, request,
+                                                                               monkeypatch):
+    server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
+    path = f'{object_store}/.lock'
+    with fault_proxy(server, monkeypatch) as proxy:
+        method = 'PUT' if object_store.startswith('s3') else 'POST'
+        proxy.lose_answer(method, '/.lock')  # the store creates it; the client retries and is refused
+        lease = leases.Lease(path, object_store, seconds=60)
+        lease.acquire()  # not "held by" itself
+        assert [a for _, _, a in proxy.seen].count('lose_answer') == 1
+        proxy.lose_answer(method, '/.lock')  # a renewal applied, its answer lost: ours still, not "taken over"
+        assert lease._renew()
+        lease.check()
+        lease.release()
+        assert object_writes.read_versioned(path) is None
+
+
+def test_a_lease_in_a_missing_bucket_says_the_bucket_is_missing(object_store):
+    scheme = object_store.split('://')[0]
+    with pytest.raises(object_writes.MissingBucket,
+                       match=rf"^the bucket 'no-such-bucket' of {scheme}://no-such-bucket/x/.lock does not exist"):
+        leases.Lease(f'{scheme}://no-such-bucket/x/.lock', f'{scheme}://no-such-bucket/x').acquire()
