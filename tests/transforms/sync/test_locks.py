@@ -42,24 +42,33 @@ def test_a_second_sync_is_refused_naming_the_holder(tmp_path):
     assert path.read_text() == ''  # a released lock names nobody
 
 
-def test_a_sync_waits_for_the_holder_with_wait(tmp_path):
+def test_a_sync_waits_for_the_holder_with_wait(tmp_path, monkeypatch):
     path = str(tmp_path / 't.sync-lock')
-    released = threading.Event()
+    held, waiting = threading.Event(), threading.Event()
 
     def hold():
         with locks.file_lock(path, 'the store', 0, 'run r1'):
-            started.set()
-            time.sleep(1.0)
-        released.set()
+            held.set()
+            waiting.wait(60)  # released once the second sync waits for it
 
-    started = threading.Event()
-    threading.Thread(target=hold).start()
-    started.wait()
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(60)
     with pytest.raises(LockHeld, match=r'after waiting 0\.3 s'):
         with locks.file_lock(path, 'the store', 0.3, 'run r2'):
             pass
-    with locks.file_lock(path, 'the store', 30, 'run r2'):
-        assert released.is_set()
+    real = locks.retry_until
+
+    def retry_until(take, wait):
+        def sleep(seconds):  # the lock was refused, and the sync waits: the holder may go
+            waiting.set()
+            time.sleep(seconds)
+        return real(take, wait, sleep)
+
+    monkeypatch.setattr(locks, 'retry_until', retry_until)
+    with locks.file_lock(path, 'the store', 60, 'run r2'):
+        assert waiting.is_set()  # it was refused first, then waited
+    holder.join()
 
 
 def test_a_killed_holder_releases_the_lock(tmp_path):
