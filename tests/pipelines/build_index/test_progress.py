@@ -16,7 +16,8 @@ def datagram(token, sender='h:1', sequence=1, values=None, **extra):
                        'token': token, **extra}).encode()
 
 
-def wait_for(predicate, seconds=3.0):
+def wait_for(predicate, seconds=60.0):
+    """Polls `predicate` until it holds or `seconds` pass (the listener reads on its own thread); returns it."""
     deadline = time.monotonic() + seconds
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.02)
