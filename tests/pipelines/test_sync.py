@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from pipelines.build_index import job as build_index
 from pipelines.common import exits
 from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests
 from transforms.output import publish
-from transforms.sync import rows
+from transforms.sync import locks, rows
 from transforms.sync.store import open_store
 
 # Upserts and deletes come in batches of 2, so a kill can fall between two of each.
@@ -113,7 +112,7 @@ def test_a_run_whose_files_are_not_its_builds_is_refused_before_the_store_is_wri
         store.close()
 
 
-def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, synced_runs, capsys):
+def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, synced_runs, capsys, monkeypatch):
     _, r1, _ = synced_runs
     first = open_store(store_uri)
     held = first.lock(0, 'run r0')
@@ -124,12 +123,19 @@ def test_a_second_sync_is_refused_naming_the_first_or_waits_for_it(store_uri, sy
     assert '(run r0)' in err or '(ragsieve sync pid ' in err  # a lock file, or PostgreSQL's application_name
     code, _, err = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--verify')
     assert code == sync_job.DRIFT and 'is being synced' not in err  # --verify takes no lock
-    release = threading.Timer(1.0, held.__exit__, (None, None, None))
-    release.start()
-    started = time.monotonic()
+    real, waits = locks.retry_until, []
+
+    def retry_until(take, wait):
+        def sleep(seconds):  # refused, the sync waits: the first one lets go now
+            if not waits:
+                held.__exit__(None, None, None)
+            waits.append(seconds)
+            time.sleep(seconds)
+        return real(take, wait, sleep)
+
+    monkeypatch.setattr(locks, 'retry_until', retry_until)
     code, out, _ = sync_cli(capsys, '--index', str(r1), '--to', store_uri, '--no_progress', '--wait', '60')
-    assert code == 0 and out[-1].startswith('upserted ') and time.monotonic() - started >= 0.9
-    release.join()
+    assert code == 0 and out[-1].startswith('upserted ') and waits
     first.close()
 
 
