@@ -1,7 +1,6 @@
 """A daemon's start: a taken port is seen in its log at once, not after the readiness timeout."""
 
 import socket
-import time
 
 import pytest
 
@@ -28,10 +27,15 @@ def test_wait_until_fails_at_once_when_a_daemon_logs_a_taken_port(tmp_path):
         def poll(self):
             return None
 
-    started = time.monotonic()
+    looks = []
+
+    def ready():
+        looks.append(1)
+        return False
+
     with pytest.raises(processes.EngineFailed, match=f"master could not bind a port of its .*see {log}"):
-        processes.wait_until(lambda: False, {'master': Running()}, {'master': log}, 120, 'the master alive')
-    assert time.monotonic() - started < 5
+        processes.wait_until(ready, {'master': Running()}, {'master': log}, 120, 'the master alive')
+    assert len(looks) == 1  # at its first look, not at the timeout
 
 
 def test_a_spark_master_on_a_taken_port_fails_its_start_at_once(tmp_path):
@@ -46,10 +50,8 @@ def test_a_spark_master_on_a_taken_port_fails_its_start_at_once(tmp_path):
         taken.bind(('127.0.0.1', 0))
         taken.listen()
         cluster.port = taken.getsockname()[1]
-        started = time.monotonic()
-        try:
+        try:  # the error names the port, not the timeout ("no ... after 120 s"): it came at once
             with pytest.raises(processes.EngineFailed, match=f'master could not bind a port of its .*{cluster.port}'):
                 cluster.start(timeout=120)
         finally:
             cluster.stop()
-    assert time.monotonic() - started < 60
