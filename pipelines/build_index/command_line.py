@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipelines.build_index import dataflow_job
 from pipelines.build_index.options import ON_OFF_FLAGS
 from pipelines.build_index.runners import check_runner, with_engine_defaults
-from pipelines.common.flags import beam_flag_parser, check_known_flags
+from pipelines.common.flags import MASK, beam_flag_parser, check_known_flags, is_secret, shown_value
 
 
 def config_flags(path: str) -> list[str]:
@@ -50,7 +50,7 @@ def config_flags(path: str) -> list[str]:
     except DuplicateKey as e:
         raise ValueError(f'--config {path}: {e}') from None
     except yaml.YAMLError as e:
-        raise ValueError(f'cannot read --config {path}: {" ".join(str(e).split())}') from e
+        raise ValueError(f'cannot read --config {path}: {_yaml_problem(e)}') from None
     if not isinstance(values, dict):
         raise ValueError(f'--config {path} must hold a mapping of settings')
     check_known_flags([], [str(k) for k in values], path)
@@ -60,6 +60,15 @@ def config_flags(path: str) -> list[str]:
     for key, value in values.items():
         flags += config_flag(path, str(key), value, actions[str(key)], parser)
     return flags
+
+
+def _yaml_problem(error) -> str:
+    """What is wrong with a config file's YAML and where, without the lines YAML quotes (they may hold a secret)."""
+    mark = getattr(error, 'problem_mark', None)
+    said = ': '.join(str(p) for p in (getattr(error, 'context', None), getattr(error, 'problem', None)) if p)
+    if not said:
+        return type(error).__name__
+    return f'{said} (line {mark.line + 1}, column {mark.column + 1})' if mark is not None else said
 
 
 # Flags whose value is a comma-separated list: a config file may give it as a YAML list.
@@ -106,8 +115,9 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
         every setting).
     """
     where = f'--config {path}: {key}'
+    shown = shown_value(key, value)  # a secret's value is never shown, whatever its type
     if key == 'config':
-        raise ValueError(f'{where}: a config file cannot name another config file ({value!r}); '
+        raise ValueError(f'{where}: a config file cannot name another config file ({shown}); '
                          'put its settings in this one')
     if value is None:
         raise ValueError(f'{where} has no value (null): give one, or remove the key for the default')
@@ -119,9 +129,8 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
         value = 'on' if value else 'off'
     elif on_off_flag or isinstance(value, bool):
         if not (on_off_flag and isinstance(value, bool)):
-            shown = 'true/false' if isinstance(value, bool) else repr(value)
             expected = 'true or false' if on_off_flag else 'a value'
-            raise ValueError(f'{where} must be {expected}, not {shown}')
+            raise ValueError(f'{where} must be {expected}, not {"true/false" if isinstance(value, bool) else shown}')
         # On/off flags take no value: `versioned: true` is `--versioned`.
         return [f'--{key}'] if value else []
     if isinstance(value, (list, tuple)):
@@ -129,15 +138,18 @@ def config_flag(path: str, key: str, value, action: argparse.Action, parser: arg
             return [flag for item in value for flag in config_flag(path, key, item, action, parser)]
         # Beam's --experiments and the like take comma-separated lists too.
         if key not in LIST_FLAGS and type(action).__name__ != '_CommaSeparatedListAction':
-            raise ValueError(f'{where} must be one value, not a list ({value!r})')
+            raise ValueError(f'{where} must be one value, not a list ({shown})')
         if any(isinstance(v, (list, tuple, dict)) or v is None for v in value):
-            raise ValueError(f'{where} must be a list of values, not {value!r}')
+            raise ValueError(f'{where} must be a list of values, not {shown}')
         value = ','.join(str(v) for v in value)
     flag = f'--{key}={value}'
     try:
         parser.parse_known_args([flag])
     except ValueError as e:  # `--KEY: invalid int value: 'abc'`: the key is named already
-        raise ValueError(f'{where}: {re.sub(r"^--[^:]+: ", "", str(e))}') from None
+        said = re.sub(r'^--[^:]+: ', '', str(e))
+        if is_secret(key):
+            said = said.replace(repr(str(value)), MASK).replace(str(value), MASK)
+        raise ValueError(f'{where}: {said}') from None
     return [flag]
 
 

@@ -4,6 +4,29 @@ import argparse
 import re
 
 
+# Flags whose value is a secret (`--s3_secret_access_key`), or may carry one (`--sync`, a store URI's password),
+# by name: no message shows their values, whatever their type.
+SECRET_FLAG_WORDS = ('secret', 'password', 'token', 'credential')
+SECRET_FLAGS = frozenset({'sync'})
+MASK = '***'
+# A URL's password (`scheme://user:PASSWORD@host`), in any other value shown.
+_URL_PASSWORD = re.compile(r'(://[^/@\s:]*:)[^/@\s]*@')
+
+
+def is_secret(flag: str) -> bool:
+    """Whether the value of `flag` (`s3_secret_access_key` or `--s3_secret_access_key`) is never shown."""
+    name = flag.lstrip('-').lower()
+    return name in SECRET_FLAGS or any(word in name for word in SECRET_FLAG_WORDS)
+
+
+def shown_value(flag: str, value) -> str:
+    """`value` as a message may show it: `***` for a secret flag's, whatever its type; else its repr, URL
+    passwords masked."""
+    if is_secret(flag):
+        return MASK
+    return _URL_PASSWORD.sub(rf'\g<1>{MASK}@', repr(value))
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are a ValueError (one line), not its usage and an exit."""
 

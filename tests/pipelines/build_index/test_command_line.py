@@ -64,6 +64,28 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
         parse_args(['--config', str(config)])
 
 
+SECRET = 'wJalrXUtnFEMI-K7MDENG-bPxRfiCY'
+
+
+@pytest.mark.parametrize('setting,message', [
+    (f's3_secret_access_key: [{SECRET}, x]', r's3_secret_access_key must be one value, not a list \(\*\*\*\)$'),
+    (f's3_secret_access_key: [[{SECRET}]]', r's3_secret_access_key must be one value, not a list \(\*\*\*\)$'),
+    (f's3_session_token: [{SECRET}]', r's3_session_token must be one value, not a list \(\*\*\*\)$'),
+    (f's3_secret_access_key: {{key: {SECRET}}}', 's3_secret_access_key must be a value or a list, not a mapping$'),
+    (f'sync: [postgresql://ragsieve:{SECRET}@db/rag, x]', r'sync must be one value, not a list \(\*\*\*\)$'),
+    (f'spark_master_url: [spark://ragsieve:{SECRET}@master:7077]',
+     r"spark_master_url must be one value, not a list \(\['spark://ragsieve:\*\*\*@master:7077'\]\)$"),
+    (f's3_secret_access_key: "{SECRET}', r'cannot read --config .*: while scanning a quoted scalar: found unexpected '
+                                          r'end of stream \(line 4, column 1\)$'),
+])
+def test_a_config_file_error_never_shows_a_secret_whatever_its_type(tmp_path, setting, message):
+    config = tmp_path / 'build.yaml'
+    config.write_text(f'input: in\noutput: out\n{setting}\n')
+    with pytest.raises(ValueError, match=message) as e:
+        parse_args(['--config', str(config)])
+    assert SECRET not in str(e.value)
+
+
 def test_list_settings_take_yaml_lists_and_beams_comma_lists_too(tmp_path):
     config = tmp_path / 'build.yaml'
     config.write_text('input: in\noutput: out\nfilter: [exact, minhash]\nexperiments: [a, b]\n')
