@@ -217,3 +217,14 @@ def object_store(request, monkeypatch):
     storage.configure()
     name = request.node.name.split('[')[0][:40]
     return f'{request.param}://{BUCKET}/{name}-{abs(hash(request.node.nodeid)) % 10**6}'
+
+
+@pytest.fixture
+def proxied_store(object_store, request, monkeypatch):
+    """`object_store` reached through a `helpers.FaultProxy`: `(url, proxy)`; `proxy.seen` counts the requests,
+    `proxy.refuse` answers for the store (a 403, a 401) where MinIO or fake-gcs-server would not."""
+    from tests.helpers import fault_proxy
+
+    server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
+    with fault_proxy(server, monkeypatch) as proxy:
+        yield object_store, proxy

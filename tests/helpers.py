@@ -892,6 +892,37 @@ def download(url: str, local: Path) -> Path:
     return Path(local)
 
 
+def minio_credentials(server, bucket: str) -> dict:
+    """The AWS_* settings of temporary credentials on `server` (MinIO) that may use `bucket` alone.
+
+    MinIO's STS AssumeRole with a session policy, as a role limited to one
+    bucket is on S3: any other bucket answers them AccessDenied, for real.
+    """
+    import json
+
+    import boto3
+
+    from engines.objectstores import MINIO_PASSWORD, MINIO_USER
+
+    policy = {'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Action': ['s3:*'], 'Resource': [
+        f'arn:aws:s3:::{bucket}', f'arn:aws:s3:::{bucket}/*']}]}
+    sts = boto3.client('sts', endpoint_url=server.endpoint, aws_access_key_id=MINIO_USER,
+                       aws_secret_access_key=MINIO_PASSWORD, region_name='us-east-1')
+    granted = sts.assume_role(RoleArn='arn:aws:iam::000000000000:role/ragsieve-test', RoleSessionName='ragsieve-test',
+                              Policy=json.dumps(policy), DurationSeconds=900)['Credentials']
+    return {**server.env, 'AWS_ACCESS_KEY_ID': granted['AccessKeyId'],
+            'AWS_SECRET_ACCESS_KEY': granted['SecretAccessKey'], 'AWS_SESSION_TOKEN': granted['SessionToken']}
+
+
+# What GCS answers credentials that may not read a bucket, and credentials it does not accept.
+GCS_FORBIDDEN = ('{"error": {"code": 403, "message": "tester@ragsieve.iam.gserviceaccount.com does not have '
+                 'storage.objects.list access to the Google Cloud Storage bucket.", "errors": [{"message": '
+                 '"denied", "domain": "global", "reason": "forbidden"}]}}')
+GCS_UNAUTHORIZED = ('{"error": {"code": 401, "message": "Invalid Credentials", "errors": [{"message": '
+                    '"Invalid Credentials", "domain": "global", "reason": "authError", "locationType": "header", '
+                    '"location": "Authorization"}]}}')
+
+
 # The tables that name where a record was read from: equal but for that prefix.
 SOURCED = ('documents/', 'rejected/')
 
@@ -931,7 +962,9 @@ class FaultProxy:
     path, query or body (`PUT`, `/.lock`: S3 names the object in the path,
     GCS's upload in its body) and fires `times` times (None: until `clear`); every
     other request passes untouched, its signature with it (the Host header
-    is forwarded as the client sent it).
+    is forwarded as the client sent it). `refuse` answers for the store
+    (a 403 for a bucket these credentials may not read, a 401), and `seen`
+    counts what reached it: a test's request count.
     """
 
     def __init__(self, upstream: str):
@@ -969,6 +1002,18 @@ class FaultProxy:
         """Closes the client's connection on matching requests without sending them on."""
         self._add(method, piece, 'drop', times)
 
+    def refuse(self, method: str, piece: str, status: int, body: str, times: Optional[int] = None) -> None:
+        """Answers matching requests with `status` and the JSON `body`, as the store would, without sending them on."""
+        self._add(method, piece, 'refuse', times, (status, body.encode('utf-8')))
+
+    def asked(self) -> list[tuple[str, str]]:
+        """`(method, path)` of the requests that reached the store for a caller: not google-cloud-storage's own
+        background read of a bucket's metadata (for its metrics, once per client and bucket, in 3.x)."""
+        import re
+
+        with self._lock:
+            return [(m, p) for m, p, _ in self.seen if not re.match(r'/storage/v1/b/[^/?]+\?', p)]
+
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
@@ -977,30 +1022,39 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def _add(self, method: str, piece: str, action: str, times: Optional[int]) -> None:
+    def _add(self, method: str, piece: str, action: str, times: Optional[int], answer=None) -> None:
         with self._lock:
-            self.rules.append([method, piece, action, times])
+            self.rules.append([method, piece, action, times, answer])
 
-    def _action(self, method: str, path: str, body: bytes) -> str:
+    def _action(self, method: str, path: str, body: bytes) -> tuple[str, Optional[tuple]]:
         import urllib.parse
 
         where = urllib.parse.unquote(path) + body.decode('latin-1')
         with self._lock:
             for rule in self.rules:
-                rule_method, piece, action, times = rule
+                rule_method, piece, action, times, answer = rule
                 if rule_method in (method, '*') and piece in where and times != 0:
                     if times is not None:
                         rule[3] = times - 1
                     self.seen.append((method, path, action))
-                    return action
+                    return action, answer
             self.seen.append((method, path, 'pass'))
-            return 'pass'
+            return 'pass', None
 
     def _serve(self, handler) -> None:
         import http.client
 
         body = self._body(handler)
-        action = self._action(handler.command, handler.path, body)
+        action, answer = self._action(handler.command, handler.path, body)
+        if action == 'refuse':
+            status, data = answer
+            handler.send_response_only(status)
+            handler.send_header('Content-Type', 'application/json; charset=UTF-8')
+            handler.send_header('Content-Length', str(len(data)))
+            handler.end_headers()
+            if handler.command != 'HEAD':
+                handler.wfile.write(data)
+            return
         if action == 'drop':
             handler.close_connection = True
             handler.connection.shutdown(2)

@@ -30,7 +30,7 @@ from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
 from transforms.output import gates as publish_gates
 from transforms.output import indexes, snapshots, tables
-from transforms.storage import leases
+from transforms.storage import buckets, leases
 from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
@@ -289,6 +289,9 @@ class BuildConfig:
         for flag in ('input', 'output'):
             if not getattr(options, flag):
                 raise ValueError(f'--{flag} is required (as a flag or in --config)')
+        for flag in ('input', 'output', 'cache'):  # before `s3://` is cut to `s3:`, a local path
+            if getattr(options, flag):
+                buckets.check_url(getattr(options, flag), f'--{flag}')
         output = options.output.rstrip('/')
         cache = options.cache
         if cache is None and options.versioned:

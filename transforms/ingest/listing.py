@@ -9,6 +9,7 @@ from typing import Mapping, Optional
 
 from transforms import storage
 from transforms.ingest.reasons import BROKEN_LINK, REPEATED_DIRECTORY, SPECIAL_FILE, UNREADABLE
+from transforms.storage import buckets
 from transforms.types import Rejected
 
 _GLOB_CHARS = re.compile(r'[*?\[]')
@@ -52,8 +53,11 @@ def check_input(pattern: str, written: Mapping[str, Optional[str]]) -> None:
       written: `{flag: directory}` of what the build writes (`--output`, `--cache`; None: unset).
 
     Raises:
-      ValueError: One line naming the flags.
+      ValueError: One line naming the flags; for a remote input, one naming
+        what the store refused first (no bucket in the URL, a missing or
+        denied bucket, refused credentials: `buckets.check_bucket`).
     """
+    buckets.check_bucket(pattern, '--input')
     root, paths = expand_input(pattern)
     if not paths:
         missing = not storage.is_remote(pattern) and not _GLOB_CHARS.search(pattern) and not os.path.lexists(pattern)
@@ -76,8 +80,10 @@ def check_input(pattern: str, written: Mapping[str, Optional[str]]) -> None:
 def input_size(pattern: str) -> tuple[int, int]:
     """`(files, bytes)`: the paths `--input` lists, and the size of its regular files, from their metadata.
 
-    Nothing is read.
+    Nothing is read. A remote input's bucket is checked first
+    (`buckets.check_bucket`): the launcher lists the input before anything else.
     """
+    buckets.check_bucket(pattern, '--input')
     if not storage.is_remote(pattern) and os.path.lexists(pattern):
         paths = expand_input(pattern)[1]
         # Special files and broken links are rejected unread: they add nothing.
@@ -87,7 +93,11 @@ def input_size(pattern: str) -> tuple[int, int]:
 
 
 def _match_input(pattern: str):
-    if _GLOB_CHARS.search(pattern):
+    if storage.is_remote(pattern) and not buckets.split_url(pattern)[2]:
+        # A whole bucket (`s3://BUCKET`) is a directory, even an empty one: Beam cannot match the bare bucket.
+        root = pattern.rstrip('/')
+        glob = root + '/**'
+    elif _GLOB_CHARS.search(pattern):
         prefix = _GLOB_CHARS.split(pattern, 1)[0]
         root = prefix.rstrip('/') if prefix.endswith('/') else posixpath.dirname(prefix)
         glob = pattern

@@ -173,3 +173,56 @@ def test_a_glob_input_may_share_its_folder_with_the_output(corpus, no_model):
     # `corpus/*.txt` never lists corpus/index/...: accepted (it gets as far as the model).
     with pytest.raises(AssertionError, match='model was loaded'):
         build(f'{corpus}/*.txt', corpus / 'index')
+
+
+def one_line_error(argv, capsys) -> str:
+    """The one line `ragsieve build` ends with, exit 2, no traceback nor Beam's dump."""
+    from pipelines import cli
+
+    assert cli.main(['build', *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert '\n' not in err and 'Traceback' not in err and 'BeamIOError' not in err, err
+    assert err.startswith('ragsieve build: error: '), err
+    return err.removeprefix('ragsieve build: error: ')
+
+
+@pytest.mark.parametrize('output', ['s3://', 'gs://', 's3:///index'])
+def test_an_output_url_without_a_bucket_says_so(corpus, no_model, capsys, output):
+    scheme = output.split('://')[0]
+    assert one_line_error(['--input', str(corpus), '--output', output], capsys) == (
+        f"--output '{output}' names no bucket: give {scheme}://BUCKET/PREFIX")
+
+
+def test_an_input_in_a_missing_bucket_says_so(object_store, tmp_path, no_model, capsys):
+    missing = f'{object_store.split("://")[0]}://ragsieve-no-such-bucket/corpus'
+    assert one_line_error(['--input', missing, '--output', str(tmp_path / 'out')], capsys) == (
+        f"--input '{missing}': bucket 'ragsieve-no-such-bucket' does not exist")
+
+
+def test_a_whole_bucket_input_is_read_as_a_directory_even_empty(object_store, request, tmp_path, no_model, capsys):
+    server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
+    empty = 'ragsieve-empty'
+    try:
+        server.make_bucket(empty)
+    except Exception:  # made by an earlier test of this session
+        pass
+    url = f'{object_store.split("://")[0]}://{empty}'
+    assert one_line_error(['--input', url, '--output', str(tmp_path / 'out')], capsys) == (
+        f"--input '{url}' matches no file")
+
+
+def test_an_input_the_credentials_may_not_read_says_so(proxied_store, request, tmp_path, no_model, monkeypatch,
+                                                       capsys):
+    from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials
+    from transforms import storage
+
+    url, proxy = proxied_store
+    storage.write_bytes(f'{url}/corpus/a.txt', b'Jupiter is the largest planet of the Solar System.')
+    if url.startswith('s3://'):
+        minio = request.getfixturevalue('minio')
+        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
+            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
+    else:
+        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+    said = one_line_error(['--input', f'{url}/corpus', '--output', str(tmp_path / 'out')], capsys)
+    assert said.startswith(f"--input '{url}/corpus': access to bucket '{BUCKET}' is denied ("), said
