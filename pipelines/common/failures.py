@@ -50,13 +50,17 @@ def reported_error(error: BaseException) -> Optional[str]:
 
     A ValueError is one of the clear errors ragsieve raises (bad settings,
     inputs, indexes; `storage.WriteError` for a file it cannot write), an
-    OSError one of the environment (a full disk, a missing permission);
-    either may reach the launcher from inside a pipeline, wrapped by Beam
-    (`root_cause`) or, from workers in other processes, as the text of their
-    traceback.
+    OSError one of the environment (a full disk, a missing permission), and
+    so is an object store's refusal (a missing or denied bucket, refused
+    credentials: `store_error_line`); each may reach the launcher from
+    inside a pipeline, wrapped by Beam (`root_cause`) or, from workers in
+    other processes, as the text of their traceback.
     """
     cause = root_cause(error)
-    if isinstance(cause, ValueError):
+    store = store_error_line(cause)
+    if store is not None:
+        message = store
+    elif isinstance(cause, ValueError):
         message = str(cause)
     elif isinstance(cause, OSError):
         message = os_error_line(cause)
@@ -68,6 +72,24 @@ def reported_error(error: BaseException) -> Optional[str]:
         return None
     lines = [line.strip() for line in _STEP_ANNOTATION.sub('', message).splitlines()]
     return ' '.join(line for line in lines if line) or type(cause).__name__
+
+
+def store_error_line(error: BaseException) -> Optional[str]:
+    """`PATH: what the store said it was` of an object store's error however Beam wrapped it, or None.
+
+    Beam reports a failed listing or `exists` as a `BeamIOError` holding a
+    dict of the errors per path: its text is a dump, not a line.
+    """
+    from transforms.storage import buckets
+
+    details = getattr(error, 'exception_details', None)
+    if isinstance(error, OSError) and not isinstance(details, dict):
+        return None  # an OSError of its own names its file (`os_error_line`)
+    problem = buckets.store_problem(error)
+    if problem is None:
+        return None
+    paths = [str(p) for p in details] if isinstance(details, dict) else []
+    return f'{", ".join(paths)}: {problem}' if paths else problem
 
 
 def os_error_line(error: OSError) -> str:

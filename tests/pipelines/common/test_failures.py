@@ -156,3 +156,35 @@ def test_a_stop_signal_is_its_documented_status_and_the_handlers_are_restored(ca
     assert failures.run_and_report('sync', run, []) == status
     assert capsys.readouterr().err == f'ragsieve sync: {word}\n'
     assert signal.getsignal(getattr(signal, name)) is before
+
+
+def test_a_stores_refusal_however_beam_wrapped_it_is_one_line(proxied_store, monkeypatch):
+    from tests.helpers import BUCKET, GCS_FORBIDDEN
+    from transforms import storage
+
+    url, proxy = proxied_store
+    if url.startswith('s3://'):  # credentials MinIO does not know
+        monkeypatch.setenv('AWS_ACCESS_KEY_ID', 'nobody')
+        storage.configure()
+    else:
+        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+    with pytest.raises(OSError) as listing:  # Beam's BeamIOError holding a BeamIOError holding the store's error
+        storage.list_files(f'{url}/corpus')
+    line = failures.reported_error(listing.value)
+    said = ('the store refused the credentials (InvalidAccessKeyId: ' if url.startswith('s3://')
+            else 'access to the bucket is denied (forbidden: ')
+    assert line.startswith(f'{url}/corpus/**: {said}'), line
+    assert 'exceptions {' not in line
+
+
+def test_an_object_gone_from_gcs_is_one_line_not_a_bug(fake_gcs, monkeypatch):
+    from tests.helpers import BUCKET
+    from transforms import storage
+
+    for key, value in fake_gcs.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    with pytest.raises(Exception) as reading:  # google.api_core's NotFound: neither a ValueError nor an OSError
+        storage.read_bytes(f'gs://{BUCKET}/gone/manifest.json')
+    line = failures.reported_error(reading.value)
+    assert line is not None and line.startswith('not found (notFound: GET '), line
