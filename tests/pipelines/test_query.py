@@ -4,6 +4,7 @@ Also the `ragsieve query` command over broken indexes and bad flags: one clear
 line, exit 2.
 """
 
+import functools
 import json
 import logging
 import shutil
@@ -231,3 +232,97 @@ def test_a_question_of_bytes_that_are_not_utf8_is_one_line(index_dir):
     # (Beam may log a warning of its own on import first.)
     assert err.splitlines()[-1].startswith('ragsieve query: error: the question is not valid Unicode text')
     assert 'Traceback' not in err
+
+
+# --- an index on an object store (MinIO, fake-gcs-server) ---------------------------------------------------
+
+
+def one_line(argv, capsys) -> str:
+    """The one line `ragsieve query` ends with, exit 2: no traceback, no dump of Beam's wrapped errors."""
+    err = error(argv, capsys).strip()
+    assert '\n' not in err and 'BeamIOError' not in err and 'Traceback' not in err, err
+    return err.removeprefix('ragsieve query: error: ')
+
+
+def remote_root(url, index_dir, latest='r1'):
+    from tests.helpers import upload
+    from transforms import storage
+
+    upload(index_dir, f'{url}/runs/r1')
+    if latest:
+        storage.write_bytes(f'{url}/LATEST', f'{latest}\n'.encode())
+    return url
+
+
+@pytest.mark.parametrize('index', ['s3://', 'gs://', 's3:///index'])
+def test_an_index_url_without_a_bucket_says_so(capsys, index):
+    assert one_line(['--index', index, 'q'], capsys) == (
+        f"--index '{index}' names no bucket: give {index[:2]}://BUCKET/PREFIX")
+
+
+def test_an_index_in_a_missing_bucket_says_so(object_store, capsys):
+    index = f'{object_store.split("://")[0]}://ragsieve-no-such-bucket/index'
+    assert one_line(['--index', index, 'q'], capsys) == (
+        f"--index '{index}': bucket 'ragsieve-no-such-bucket' does not exist")
+
+
+def test_a_prefix_holding_runs_but_no_latest_is_refused_without_downloading_them(object_store, index_dir, capsys):
+    root = remote_root(object_store, index_dir, latest=None)
+    assert one_line(['--index', root, 'q'], capsys) == (
+        f"--index '{root}' is not a ragsieve index: it holds no manifest.json, and no LATEST naming a run")
+
+
+def test_an_index_the_credentials_may_not_read_says_so(proxied_store, index_dir, request, monkeypatch, capsys):
+    from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials
+    from transforms import storage
+
+    url, proxy = proxied_store
+    root = remote_root(url, index_dir)
+    if url.startswith('s3://'):
+        minio = request.getfixturevalue('minio')
+        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
+            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
+        storage.configure()
+    else:
+        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+    said = one_line(['--index', root, 'q'], capsys)
+    assert said.startswith(f"--index '{root}': access to bucket '{BUCKET}' is denied ("), said
+
+
+def test_s3_credentials_the_store_refuses_say_so(minio, index_dir, monkeypatch, capsys):
+    from tests.helpers import BUCKET
+    from transforms import storage
+
+    for key, value in minio.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    root = remote_root(f's3://{BUCKET}/query-bad-secret', index_dir)
+    monkeypatch.setenv('AWS_SECRET_ACCESS_KEY', 'not-the-secret')
+    storage.configure()
+    said = one_line(['--index', root, 'q'], capsys)
+    assert said.startswith(f"--index '{root}': the store refused the credentials (SignatureDoesNotMatch: ")
+    assert 'not-the-secret' not in said
+
+
+def test_a_run_pruned_while_query_downloads_it_is_read_again_from_latest(object_store, index_dir, embedding_model,
+                                                                        monkeypatch, capsys):
+    from pipelines.common.failures import run_and_report
+    from tests.helpers import upload
+    from transforms import storage
+
+    root = remote_root(object_store, index_dir)
+    upload(index_dir, f'{root}/runs/r2')
+    real_open = storage.open_read
+    opened = []
+
+    def racing_build(path):  # publishes r2 and prunes r1 once the query downloaded r1's first file
+        opened.append(path)
+        if '/runs/r1/' in path and sum('/runs/r1/' in p for p in opened) == 2:
+            storage.write_bytes(f'{root}/LATEST', b'r2\n')
+            storage.delete_trees([f'{root}/runs/r1'])
+        return real_open(path)
+
+    monkeypatch.setattr(storage, 'open_read', racing_build)
+    argv = ['--index', root, '--json', PASTA_QUESTION]
+    assert run_and_report('query', functools.partial(query.run, model=embedding_model), argv) == 0
+    assert json.loads(capsys.readouterr().out)[0]['doc_id'] == 'pasta-new'

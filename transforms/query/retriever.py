@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import os
-import posixpath
 import time
 from typing import Optional, Sequence
 
@@ -16,9 +15,9 @@ import numpy as np
 from transforms import storage
 from transforms.features.embedding import embed_texts
 from transforms.features.models import load_embedding_model, resolve_model_path
-from transforms.output import digests, snapshots, tables
+from transforms.output import digests, tables
 from transforms.output.bm25 import BM25_TOKENIZER, BM25_TOKENIZER_FILE, bm25_tokenize, bm25s_module, build_bm25
-from transforms.query import retrieval
+from transforms.query import opening, retrieval
 from transforms.query import where as where_filter
 
 LOG = logging.getLogger('ragsieve.query')
@@ -227,7 +226,9 @@ class Retriever:
 
     Raises:
       ValueError: for a missing or incomplete index, a model other than the
-        index's (name or dimension), or a search parameter the index type lacks.
+        index's (name or dimension), a search parameter the index type lacks,
+        or a store that refuses it (a URL without a bucket, a missing or
+        denied bucket, refused credentials: `opening.open_index`).
     """
 
     def __init__(
@@ -241,21 +242,12 @@ class Retriever:
         ef_search: Optional[int] = None,
     ):
         self.config = config
-        # A versioned root is read through its LATEST pointer, once, and every
-        # file of that run is read here, into memory: a rebuild publishing or
-        # pruning meanwhile does not change what this Retriever serves. Should
-        # the run vanish between reading LATEST and opening its files (pruned
-        # past --prune_grace_seconds), LATEST is read once more.
-        for attempt in (1, 2):
-            directory = snapshots.resolve_index(index)
-            try:
-                self._load_from(directory, model, model_name, device, nprobe, ef_search)
-                break
-            except ValueError:
-                vanished = directory != index and not storage.exists(posixpath.join(directory, tables.MANIFEST_FILE))
-                if attempt == 2 or not vanished:
-                    raise
-                LOG.info('run %s was pruned while it was being opened: reading %s/LATEST again', directory, index)
+
+        def load(directory: str) -> None:
+            self._load_from(directory, model, model_name, device, nprobe, ef_search)
+
+        # Every file of the run is read here, into memory; a run pruned meanwhile is read from LATEST once more.
+        opening.open_index(index, load)
 
     def _load_from(self, directory: str, *args) -> None:
         """`_load` of a local run, or of a local copy of a remote one (FAISS and bm25s open files by name).

@@ -1,0 +1,112 @@
+"""Opening an index on a real store: a run pruned mid-read is read again from LATEST whatever the error; a prefix
+without an index, a missing or denied bucket are refused before anything is downloaded."""
+
+import json
+import posixpath
+
+import pytest
+
+from pipelines.build_index import job as build_index
+from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials, upload
+from transforms import storage
+from transforms.query.retriever import Retriever
+
+RECORDS = [
+    {'id': 'pasta', 'text': 'Cook the pasta in plenty of salted boiling water until it is al dente.'},
+    {'id': 'orbit', 'text': 'A satellite in low Earth orbit circles the planet in about ninety minutes.'},
+]
+
+
+@pytest.fixture(scope='module')
+def index_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp('opening')
+    (root / 'corpus').mkdir()
+    (root / 'corpus' / 'records.jsonl').write_text('\n'.join(json.dumps(r) for r in RECORDS) + '\n')
+    build_index.run(['--input', str(root / 'corpus'), '--output', str(root / 'index'), '--filter', 'none',
+                     '--chunk_size', '64', '--progress', 'none'])
+    return root / 'index'
+
+
+def versioned_root(url, index_dir, runs=('r1', 'r2'), latest='r1'):
+    """A versioned root on the store holding copies of `index_dir` as `runs`; LATEST names `latest`."""
+    for run_id in runs:
+        upload(index_dir, f'{url}/runs/{run_id}')
+    if latest:
+        storage.write_bytes(f'{url}/LATEST', f'{latest}\n'.encode())
+    return url
+
+
+def test_a_run_pruned_while_it_is_downloaded_is_read_again_from_latest(object_store, index_dir, embedding_model,
+                                                                       monkeypatch):
+    root = versioned_root(object_store, index_dir)
+    real_open = storage.open_read
+    opened = []
+
+    def racing_build(path):
+        # A build publishes r2 and prunes r1 after this reader read LATEST and downloaded r1's first file.
+        opened.append(path)
+        if '/runs/r1/' in path and sum('/runs/r1/' in p for p in opened) == 2:
+            storage.write_bytes(f'{root}/LATEST', b'r2\n')
+            storage.delete_trees([f'{root}/runs/r1'])
+        return real_open(path)
+
+    monkeypatch.setattr(storage, 'open_read', racing_build)
+    retriever = Retriever(root, model=embedding_model)
+    assert retriever.index == f'{root}/runs/r2'
+    assert sum('/runs/r1/' in p for p in opened) == 2  # the second failed: it was gone
+    assert retriever.search('How long do I cook pasta?', k=1).hits[0].doc_id == 'pasta'
+
+
+def test_a_run_whose_latest_stays_is_not_read_twice(object_store, index_dir, embedding_model, monkeypatch):
+    root = versioned_root(object_store, index_dir, runs=('r1',))
+    storage.delete_files([f'{root}/runs/r1/index/ids.parquet'])  # damaged, not pruned: LATEST still names it
+    with pytest.raises(ValueError, match=rf"^--index '{root}/runs/r1' is incomplete: missing index/ids.parquet$"):
+        Retriever(root, model=embedding_model)
+
+
+def objects_named(asked):
+    """The names of the objects the requests `asked` read or looked for (a listing names none)."""
+    named = set()
+    for method, path in asked:
+        path = path.split('?', 1)[0]
+        if path.rstrip('/').endswith(('/o', f'/{BUCKET}')):
+            continue  # a listing (GCS `.../b/BUCKET/o`, S3 `/BUCKET/`)
+        named.add(posixpath.basename(path.replace('%2F', '/')))
+    return named
+
+
+@pytest.mark.parametrize('where', ['root without LATEST', 'whole bucket'])
+def test_a_prefix_without_a_manifest_is_refused_after_reading_latest_and_the_manifest(proxied_store, index_dir,
+                                                                                     where):
+    url, proxy = proxied_store
+    root = versioned_root(url, index_dir, latest=None)  # LATEST deleted: every run and a cache under it
+    storage.write_bytes(f'{root}/cache/entry.json', b'{}\n')
+    index = root if where == 'root without LATEST' else f'{url.split("://")[0]}://{BUCKET}'
+    proxy.seen.clear()
+    with pytest.raises(ValueError) as e:
+        Retriever(index)
+    assert str(e.value) == (f"--index '{index}' is not a ragsieve index: it holds no manifest.json, and no LATEST "
+                            'naming a run')
+    asked = proxy.asked()
+    assert objects_named(asked) == {'LATEST', 'manifest.json'}, asked
+    assert len(asked) <= 4, asked  # the bucket's one-key listing, LATEST (looked for), manifest.json
+
+
+def deny_the_bucket(url, proxy, request, monkeypatch):
+    if url.startswith('s3://'):
+        minio = request.getfixturevalue('minio')
+        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
+            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
+        storage.configure()
+    else:
+        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+
+
+def test_a_denied_bucket_is_refused_in_one_request(proxied_store, index_dir, request, monkeypatch):
+    url, proxy = proxied_store
+    root = versioned_root(url, index_dir, runs=('r1',))
+    deny_the_bucket(url, proxy, request, monkeypatch)
+    proxy.seen.clear()
+    with pytest.raises(ValueError, match=rf"^--index '{root}': access to bucket '{BUCKET}' is denied \("):
+        Retriever(root)
+    assert len(proxy.asked()) == 1
