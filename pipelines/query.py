@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog='ragsieve query', description='Query a built ragsieve index.')
     p.add_argument('question', type=str, help='The question to retrieve chunks for.')
     p.add_argument('--index', type=str, required=True, help='Directory of a built index, or a versioned root (--versioned '
-                        'builds), whose LATEST run is used (local).')
+                        'builds), whose LATEST run is used: local, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX.')
     p.add_argument('--k', type=int, default=5, help='Number of chunks to return.')
     p.add_argument('--json', action='store_true', help='Print the results as one JSON list on stdout.')
     p.add_argument('--verbose', action='store_true',

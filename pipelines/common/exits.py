@@ -29,8 +29,9 @@ EXIT_CODES = {
                  'before is left as it was.',
                  'Report it with the command line and the traceback.'),
     FAILED: ('One line `ragsieve COMMAND: error: ...` says what cannot be used: a flag (named), a config file '
-             'value (the file and key), an input, an output or index (the file), a file that cannot be '
-             'written (its path: a full disk, a permission), an output another build holds, a store another '
+             'value (the file and key), an input, an output or index (the file), an object store\'s refusal (a URL '
+             'without a bucket, a missing or denied bucket, refused credentials: the flag and URL), a file that '
+             'cannot be written (its path: a full disk, a permission), an output another build holds, a store another '
              'sync holds (named), a damaged run or a store table that is not ragsieve\'s (`ragsieve sync`, '
              'which then changed nothing). Nothing was published; the index published before is left as it was.',
              'Fix what the line names and run again (`ragsieve sync --wait SECONDS` waits for the other sync). '
