@@ -56,9 +56,8 @@ def publish_versioned(root: str, run_id: str) -> str:
             raise ValueError(f'{directory} is not a complete run (complete runs: {", ".join(complete) or "none"})')
         manifest = build_gates.read_manifest(directory)
         digests.check_files(directory, manifest)  # the files its build wrote, not ones edited since
-        before = snapshots.read_latest(root)
-        snapshots.check_locks([held])
-        snapshots.write_latest(root, run_id)
+        before, version = snapshots.read_latest(root), snapshots.latest_version(root)
+        snapshots.publish_latest(root, run_id, version, [held])
     return f'LATEST names {run_id} (was {before or "nothing"}); {verdict_line(manifest)}'
 
 

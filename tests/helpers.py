@@ -1073,10 +1073,12 @@ class FaultProxy:
             handler.connection.shutdown(2)
             return
         handler.send_response_only(answer.status, answer.reason)
+        head = handler.command == 'HEAD'  # its Content-Length is the object's size, not its empty body's
         for key, value in answer.getheaders():
-            if key.lower() not in ('transfer-encoding', 'content-length', 'connection'):
+            if key.lower() not in ('transfer-encoding', 'connection') and (head or key.lower() != 'content-length'):
                 handler.send_header(key, value)
-        handler.send_header('Content-Length', str(len(data)))
+        if not head:
+            handler.send_header('Content-Length', str(len(data)))
         handler.end_headers()
         if handler.command != 'HEAD':
             handler.wfile.write(data)
@@ -1111,3 +1113,28 @@ def fault_proxy(server, monkeypatch=None):
         yield proxy
     finally:
         proxy.close()
+
+
+def wait_stopped(process, timeout: float = 600) -> None:
+    """Returns once `process` stopped itself (SIGSTOP at a `RAGSIEVE_STOP_AT` checkpoint): its state is T.
+
+    Fails if it exited instead, with what it printed.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f'exited {process.returncode} before stopping: {process.communicate()[1][-3000:]}')
+        with open(f'/proc/{process.pid}/stat') as f:
+            if f.read().rsplit(')', 1)[1].split()[0] in ('T', 't'):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f'process {process.pid} did not stop within {timeout} s')
+
+
+def objects_under(url: str) -> dict:
+    """`{path: bytes}` of every object under the prefix `url`."""
+    from transforms import storage
+
+    return {f.path: storage.read_bytes(f.path) for f in storage.list_files(url)}

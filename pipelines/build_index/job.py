@@ -95,8 +95,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             LOG.info('Deleted %d leftovers of killed runs: %s', len(debris), ', '.join(debris))
         try:
             manifest = build_and_publish(config, options, target, view, files, held)
-        except BaseException:
-            discard(config, target)
+        except BaseException as e:
+            discard(config, target, e)
             raise
     say(summary(manifest, config, target))  # published: printing it cannot change that
     if config.sync:
@@ -197,7 +197,7 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
       locks: The locks the run holds (an object store's leases, local lock files), checked before it
         commits or publishes anything.
     """
-    handle, model, dim, max_seq_length, ner_meta = models
+    model, ner_meta = models.model, models.ner_meta
     quality = None
     if config.embedding.backend != precisions.TORCH:
         with view.step(f'check {config.embedding.backend} {config.embedding.precision} against torch fp32'):
@@ -208,6 +208,28 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
             cached = ['spans', 'embedding'] + [f for f in ('minhash', 'entities') if config.filters.needs(f)]
             specs = cache_specs(cached, config.embedding, model, config.filters.features, config.chunker, ner_meta)
             cache = feature_cache.CacheRun.open(config.cache, specs, target.run_id, config.num_shards)
+    try:
+        manifest = run_and_commit(config, options, target, models, view, files, cache, quality, locks)
+    except BaseException:
+        if cache:
+            cache.discard()
+        raise
+    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
+    with view.step('check gates, write report'):
+        manifest = build_gates.check_and_report(config, target, manifest, model)
+    with view.step('publish'):
+        publish_run(config, target, locks)
+        if cache:
+            snapshots.fence_locks(locks)
+            cache.prune()
+    return manifest
+
+
+def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target, models: Models,
+                   view: progress.View, files: Optional[int], cache: Optional[feature_cache.CacheRun],
+                   quality: Optional[dict], locks: Sequence) -> dict:
+    """Runs the pipeline into `target`, writes its manifest and commits its cache generation; returns the manifest."""
+    handle, dim = models.handle, models.dim
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
     engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
@@ -223,29 +245,35 @@ def run_and_publish(config: BuildConfig, options: PipelineOptions, target: Targe
         engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
     view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')
+    # A run paused past its lease may find its files deleted by the build that took over: it says so, first.
+    snapshots.check_locks(locks)
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)
-    snapshots.check_locks(locks)  # a run that lost its root to another build commits and publishes nothing
     if cache:
         # Before the gates: a refused run's features are sound, not the leftovers of a killed run.
+        snapshots.fence_locks(locks)  # a run that lost its root to another build commits and publishes nothing
         cache.commit()
         publish.checkpoint('after_cache_commit')
-    # The canary, report.html; a refused run stops here, complete but unpublished (gates.Refused).
-    with view.step('check gates, write report'):
-        manifest = build_gates.check_and_report(config, target, manifest, model)
-    with view.step('publish'):
-        snapshots.check_locks(locks)
-        if config.versioned:
-            snapshots.write_latest(config.output, target.run_id)
-            publish.checkpoint('after_latest')
-            pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
-            if pruned:
-                LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
-        else:
-            publish.publish(target.directory, config.output)
-        if cache:
-            cache.prune()
     return manifest
+
+
+def publish_run(config: BuildConfig, target: Target, locks: Sequence) -> None:
+    """Publishes the complete run `target`, fenced (`snapshots.publish_latest`, `fence_locks`), then prunes.
+
+    Raises:
+      leases.Lost: If the run lost a lease on its output or cache.
+      snapshots.Superseded: If LATEST changed since the run took the root.
+    """
+    if not config.versioned:
+        snapshots.fence_locks(locks)
+        publish.publish(target.directory, config.output)
+        return
+    snapshots.publish_latest(config.output, target.run_id, target.latest_version, locks)
+    publish.checkpoint('after_latest')
+    snapshots.fence_locks(locks)
+    pruned = snapshots.prune_runs(config.output, config.keep_runs, config.prune_grace_seconds)
+    if pruned:
+        LOG.info('Deleted runs beyond --keep_runs %d: %s', config.keep_runs, ', '.join(pruned))
 
 
 def write_manifest(config: BuildConfig, result, target: Target, cache, models: Models, wall_seconds: float,

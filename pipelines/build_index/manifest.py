@@ -46,12 +46,15 @@ class Target:
         root, else a staging sibling of --output.
       previous: Directory of the build this one replaces, or None.
       previous_run_id: That build's run id, when it had one.
+      latest_version: The version of a versioned root's LATEST on an object store when the run took the
+        root (its ETag or generation; None when there was none, and locally): what publishing is conditional on.
     """
 
     run_id: str
     directory: str
     previous: Optional[str]
     previous_run_id: Optional[str]
+    latest_version: Optional[str] = None
 
 
 def previous_build(output: str, versioned: bool) -> tuple[Optional[str], Optional[str]]:

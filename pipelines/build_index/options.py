@@ -30,7 +30,7 @@ from transforms.features.models import DEFAULT_EMBEDDING_MODEL
 from transforms.ingest import formats, read, records
 from transforms.output import gates as publish_gates
 from transforms.output import indexes, snapshots, tables
-from transforms.storage import buckets, leases
+from transforms.storage import buckets, leases, retries
 from transforms.sync import store as stores
 
 FILTER_NAMES = sorted(registry.names()) + ['cascade', 'none']
@@ -170,6 +170,10 @@ class BuildIndexOptions(PipelineOptions):
                             help='On an object store (s3://, gs://): how long the lease that keeps a '
                                  "second build off --output and --cache lasts without its holder's "
                                  'renewal, so a killed build blocks them at most this long.')
+        parser.add_argument('--store_retry_seconds', type=float, default=retries.DEFAULT_SECONDS,
+                            help='On S3 (s3://): how long a request is tried again while the store does not '
+                                 'answer (no connection, a timeout, a 5xx) before the build fails in one line; '
+                                 'a store down for less finishes the build.')
         parser.add_argument('--versioned', action='store_true', default=False,
                             help='Treat --output as a versioned root: write the run to '
                                  'OUTPUT/runs/<run_id>/, then point OUTPUT/LATEST at it.')

@@ -10,7 +10,7 @@ from pipelines.build_index.options import BuildConfig
 from transforms import storage
 from transforms.features import cache as feature_cache
 from transforms.ingest.listing import check_input
-from transforms.output import publish, snapshots, tables
+from transforms.output import gates, publish, snapshots, tables
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -37,8 +37,9 @@ def prepare_target(config: BuildConfig) -> tuple[Target, list[str]]:
     directory = snapshots.run_dir(config.output, run_id)
     if storage.exists(posixpath.join(directory, tables.MANIFEST_FILE)):
         raise ValueError(f'run {run_id!r} already exists under {config.output}: choose another --run_id')
+    latest_version = snapshots.latest_version(config.output)  # the state this run's publish is conditional on
     previous, previous_run_id = previous_build(config.output, versioned=True)
-    return Target(run_id, directory, previous, previous_run_id), debris
+    return Target(run_id, directory, previous, previous_run_id, latest_version), debris
 
 
 def check_paths(config: BuildConfig) -> None:
@@ -71,13 +72,21 @@ def build_locks(config: BuildConfig) -> list[tuple[str, str]]:
     return sorted(locks)
 
 
-def discard(config: BuildConfig, target: Target) -> None:
-    """Deletes what a failed run wrote: its staging directory, or its run unless complete."""
+def discard(config: BuildConfig, target: Target, error: BaseException) -> None:
+    """Deletes what a failed run wrote: its staging directory, or its run unless its gates refused it.
+
+    A complete run that its gates refused is kept for `ragsieve publish`;
+    any other failed run is deleted, complete or not (a run that lost its
+    lease or found LATEST changed after its manifest was written is never
+    published). The run's directory is its own by its run id, so deleting
+    it is safe even once another build holds the root.
+    """
     try:
         if not storage.has_files(target.directory):
             return  # nothing written yet, or a plain run that was published
-        if config.versioned and storage.exists(posixpath.join(target.directory, tables.MANIFEST_FILE)):
+        if config.versioned and isinstance(error, gates.Refused) and storage.exists(
+                posixpath.join(target.directory, tables.MANIFEST_FILE)):
             return  # complete: a valid run even if LATEST does not name it
         storage.delete_trees([target.directory])
-    except Exception:  # the run's own error matters more; the next run cleans up
-        LOG.exception('could not delete %s', target.directory)
+    except Exception as e:  # the run's own error matters more; the next run cleans up
+        LOG.warning('could not delete %s (the next build will): %s', target.directory, ' '.join(str(e).split())[:300])

@@ -238,6 +238,10 @@ class CacheRun:
             # Not empty: an object store's writer may not write an empty object.
             write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), f'{self.generation}\n'.encode())
 
+    def discard(self) -> None:
+        """Deletes this run's generation before its commit: a failed run leaves no entries behind."""
+        delete_trees([self.entries_dir(spec) for spec in self.specs])
+
     def prune(self) -> None:
         """Deletes every generation of this run's settings but the one it wrote."""
         for spec in self.specs:

@@ -23,7 +23,7 @@ from typing import Iterator, Optional, Sequence, Union
 from transforms import file_locks, storage
 from transforms.output.publish import split_complete
 from transforms.output.tables import MANIFEST_FILE
-from transforms.storage import delete_trees, leases, write_atomic
+from transforms.storage import delete_trees, leases, object_writes, write_atomic
 
 RUNS_DIR = 'runs'
 LATEST_FILE = 'LATEST'
@@ -47,12 +47,13 @@ def new_run_id(now: Optional[datetime.datetime] = None) -> str:
     return now.strftime('%Y%m%dT%H%M%S%fZ')
 
 
-def check_run_id(run_id: str, flag: str = '--run_id') -> str:
+def check_run_id(run_id: str, flag: Optional[str] = '--run_id') -> str:
     """Returns `run_id` if it can name a directory.
 
     Args:
       run_id: The run id.
-      flag: The flag it came from, for the message (`ragsieve publish` takes `--run`).
+      flag: The flag it came from, for the message (`ragsieve publish` takes `--run`); None for one read
+        from a file, which no flag gave.
 
     Raises:
       ValueError: If it is empty, starts with `.`/`-` or holds other than
@@ -60,13 +61,17 @@ def check_run_id(run_id: str, flag: str = '--run_id') -> str:
     """
     if not _RUN_ID.fullmatch(run_id or ''):
         raise ValueError(
-            f'{flag} {run_id!r} must be letters, digits, ".", "_" or "-", starting with a '
+            f'{flag or "a run id"} {run_id[:80]!r} must be letters, digits, ".", "_" or "-", starting with a '
             'letter or digit')
     return run_id
 
 
 def run_dir(root: str, run_id: str) -> str:
     return posixpath.join(root, RUNS_DIR, run_id)
+
+
+class Superseded(ValueError):
+    """LATEST changed since this writer read it: another build or publish got there first (exit 2)."""
 
 
 def read_latest(root: str) -> Optional[str]:
@@ -78,16 +83,70 @@ def read_latest(root: str) -> Optional[str]:
     path = posixpath.join(root, LATEST_FILE)
     if not storage.exists(path):
         return None
+    return _run_id_of(path, storage.read_bytes(path, 1024))
+
+
+def _run_id_of(path: str, data: bytes) -> str:
     try:
-        run_id = storage.read_bytes(path, 1024).decode('utf-8').strip()
-        return check_run_id(run_id)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return check_run_id(data.decode('utf-8').strip(), flag=None)
+    except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f'{path} is corrupt: it must hold one run id ({e})') from None
 
 
+def latest_version(root: str) -> Optional[str]:
+    """The version of LATEST that `publish_latest` will replace: its ETag or generation, None when there is none.
+
+    Locally always None: there the root's `flock` is the fence (the kernel
+    holds it through any pause of its holder).
+    """
+    if not storage.is_remote(root):
+        return None
+    found = object_writes.read_versioned(posixpath.join(root, LATEST_FILE))
+    return found and found[1]
+
+
+def publish_latest(root: str, run_id: str, read_version: Optional[str], held: Sequence[Lock] = ()) -> None:
+    """The commit point of a versioned root: points LATEST at `run_id`, fenced.
+
+    Fenced twice: the locks `held` are renewed conditionally first
+    (`fence_locks`), then LATEST is written on an object store only if it
+    is still the version this writer read when it took the root
+    (`read_version`; None: only if there is no LATEST). A writer paused past
+    its lease while another build published finds LATEST changed and
+    publishes nothing, whatever its clock says; one whose write landed but
+    whose answer was lost finds its own run id there.
+
+    Raises:
+      leases.Lost: If a lease was lost.
+      Superseded: If LATEST changed since `read_version`.
+    """
+    fence_locks(held)
+    path = posixpath.join(root, LATEST_FILE)
+    data = f'{check_run_id(run_id)}\n'.encode('utf-8')
+    if not storage.is_remote(root):
+        write_atomic(path, data)
+        return
+    if read_version is None:
+        written = object_writes.create_if_absent(path, data)
+    else:
+        written = object_writes.replace_if_version(path, data, read_version)
+    if written is not None:
+        return
+    found = object_writes.read_versioned(path)
+    if found is not None and found[0] == data:
+        return  # this write landed; its answer was lost and the retry refused
+    now = _run_id_of(path, found[0]) if found is not None else None
+    raise Superseded(f'{path} changed since this build read it (it names {now or "nothing"} now): another build '
+                     f'or publish got there first; run {run_id} was not published')
+
+
 def write_latest(root: str, run_id: str) -> None:
-    """Points LATEST at `run_id` in one atomic replace."""
-    write_atomic(posixpath.join(root, LATEST_FILE), f'{check_run_id(run_id)}\n'.encode('utf-8'))
+    """Points LATEST at `run_id`, conditionally on the LATEST it reads first; no lock (tools and tests).
+
+    Raises:
+      Superseded: If LATEST changed between the read and the write.
+    """
+    publish_latest(root, run_id, latest_version(root))
 
 
 def resolve_index(path: str) -> str:
@@ -302,11 +361,11 @@ def staging_in_use(output: str) -> Optional[str]:
 
 
 def check_locks(held: Sequence[Lock]) -> None:
-    """Before a step that a second build would break (committing, publishing): this build still holds its locks.
+    """Before a step that a second build would break (writing its manifest): this build still holds its locks.
 
     Raises:
       ValueError: If a local lock file was deleted or replaced while held.
-      leases.Lost: If an object store's lease was lost.
+      leases.Lost: If an object store's lease was lost (by this process's clock too).
     """
     for lock in held:
         if lock is None:
@@ -315,3 +374,21 @@ def check_locks(held: Sequence[Lock]) -> None:
             lock.check()
         except file_locks.LockLost as e:
             raise ValueError(f'{e}; this build stops before publishing: run it again') from None
+
+
+def fence_locks(held: Sequence[Lock]) -> None:
+    """Right before a commit point (a cache generation, LATEST, a plain publish, pruning): renews each lease now.
+
+    A lease renewed conditionally here is this process's for its safe
+    length from now; one lost (taken over, or not renewed in time) stops
+    the commit. A local lock is checked: the kernel holds a `flock`
+    through any pause of its holder.
+
+    Raises:
+      ValueError: If a local lock file was deleted or replaced while held.
+      leases.Lost: If an object store's lease was lost.
+    """
+    check_locks(held)
+    for lock in held:
+        if isinstance(lock, leases.Lease):
+            lock.fence()

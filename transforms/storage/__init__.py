@@ -56,8 +56,9 @@ def configure(options=None) -> None:
 
         options = PipelineOptions([])
     _emulator_without_credentials()
-    from transforms.storage import s3_clients
+    from transforms.storage import retries, s3_clients
 
+    retries.configure(options.get_all_options().get('store_retry_seconds'))
     s3_clients.share()
     FileSystems.set_options(options)
 

@@ -114,7 +114,6 @@ class Lease:
         self._version: Optional[str] = None
         self._renewed_at: Optional[float] = None  # when the last successful write was sent, by `clock`
         self._lost: Optional[str] = None
-        self._taken_over = False  # a renewal was refused: the object is another's, not to be deleted
         self._write = threading.Lock()  # one conditional write at a time: the renewer's or `fence`'s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -186,7 +185,6 @@ class Lease:
                 version = self._ours(found) if found is not None and found[0] == body else None
             if version is None:
                 self._lost = f'the lease {self.path} on {self.root} was taken over by another process'
-                self._taken_over = True
                 return False
             self._version, self._renewed_at = version, sent
             return True
@@ -245,16 +243,23 @@ class Lease:
         self.check()
 
     def release(self) -> None:
-        """Stops renewing and deletes the lease if it is still this process's."""
+        """Stops renewing and deletes the lease while it is still this process's.
+
+        A lost lease is left alone: it expired, or is another's now (S3's
+        delete compares, then deletes, which could meet the new holder's).
+        A renewal still trying to reach the store is not waited for then.
+        """
         self._stop.set()
-        if self._thread:
-            self._thread.join()
-        if self._version is not None and not self._taken_over:  # lost by the clock only: still ours if unchanged
-            try:
-                object_writes.delete_if_version(self.path, self._version)
-            except Exception as e:  # it expires by itself
-                LOG.warning('could not delete the lease %s (it expires in %.0f s): %s', self.path, self.seconds,
-                            _first_line(e))
+        if self.lost() is None and self._version is not None:
+            with self._write:  # after a renewal in flight
+                if self.lost() is None:
+                    try:
+                        object_writes.delete_if_version(self.path, self._version)
+                    except Exception as e:  # it expires by itself
+                        LOG.warning('could not delete the lease %s (it expires in %.0f s): %s', self.path,
+                                    self.seconds, _first_line(e))
+            if self._thread:
+                self._thread.join()
         self._version = None
 
 

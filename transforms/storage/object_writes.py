@@ -23,6 +23,15 @@ def _s3(path: str):
     return s3io.S3IO(options=storage.pipeline_options()).client.client, bucket, key
 
 
+def _gcs_retry():
+    """google-cloud-storage's retry of idempotent requests (these are: conditional), bounded as S3's are."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    from transforms.storage import retries
+
+    return DEFAULT_RETRY.with_timeout(retries.bound())
+
+
 def _gcs(path: str):
     from apache_beam.io.gcp import gcsio
 
@@ -69,9 +78,9 @@ def _gcs_upload(path: str, data: bytes, generation: int) -> Optional[str]:
 
     blob = _gcs(path)
     try:
-        blob.upload_from_string(data, if_generation_match=generation)
+        blob.upload_from_string(data, if_generation_match=generation, retry=_gcs_retry())
     except NotFound:  # the object conditioned on is gone (a refusal), or there is no bucket at all
-        if not blob.bucket.exists():
+        if not blob.bucket.exists(retry=_gcs_retry()):
             raise _missing_bucket(path) from None
         return None
     except PreconditionFailed:
@@ -103,8 +112,9 @@ def read_versioned(path: str) -> Optional[tuple[bytes, str]]:
 
     blob = _gcs(path)
     try:
-        blob.reload()
-        return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
+        blob.reload(retry=_gcs_retry())
+        return (blob.download_as_bytes(if_generation_match=blob.generation, retry=_gcs_retry()),
+                str(blob.generation))
     except (NotFound, PreconditionFailed):
         return None
 
@@ -126,7 +136,7 @@ def delete_if_version(path: str, version: str) -> bool:
     from google.api_core.exceptions import NotFound, PreconditionFailed
 
     try:
-        _gcs(path).delete(if_generation_match=int(version))
+        _gcs(path).delete(if_generation_match=int(version), retry=_gcs_retry())
     except (NotFound, PreconditionFailed):
         return False
     return True

@@ -14,6 +14,8 @@ import hashlib
 import os
 import threading
 
+from transforms.storage import retries
+
 # What boto3 reads from the environment when a client is built: a change means another client.
 _ENVIRONMENT = ('AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN', 'AWS_REGION',
                 'AWS_DEFAULT_REGION', 'AWS_ENDPOINT_URL', 'AWS_ENDPOINT_URL_S3', 'AWS_PROFILE',
@@ -38,7 +40,9 @@ class SharedClients:
         key = key.hexdigest()
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = self._boto3.session.Session().client(**settings)
+                client = self._boto3.session.Session().client(**settings)
+                retries.retry_transient(client)  # a store down for a few seconds does not fail the build
+                self._clients[key] = client
             return self._clients[key]
 
     def __getattr__(self, name):

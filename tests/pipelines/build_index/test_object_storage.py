@@ -8,6 +8,8 @@ corpus is `sample_root`'s run r1.
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,10 +19,11 @@ import pytest
 from pipelines.build_index import job as build_index
 from pipelines import sync as sync_job
 from engines.objectstores import MINIO_PASSWORD, MINIO_USER
-from tests.helpers import BUCKET, REPO, data_files, download, same_build, upload
+from tests.helpers import (BUCKET, REPO, data_files, download, fault_proxy, objects_under, same_build, upload,
+                           wait_stopped)
 from transforms import storage
 from transforms.output import snapshots
-from transforms.output.publish import KILL_AT_ENV
+from transforms.output.publish import KILL_AT_ENV, STOP_AT_ENV
 from transforms.query.retriever import Retriever
 from transforms.storage import leases
 
@@ -149,3 +152,121 @@ def test_a_failed_build_leaves_no_object_behind(object_store, tmp_path):
     with pytest.raises(ValueError, match='no document was indexed'):
         build_index.run(['--input', str(tmp_path / 'corpus'), '--output', output, *FLAGS])
     assert storage.list_files(object_store) == []  # neither its staging nor its lease
+
+
+def test_a_build_paused_past_its_lease_publishes_nothing_over_the_build_that_took_over(
+        object_store, sample_root, request):
+    corpus, _ = sample_root
+    server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
+    root = f'{object_store}/index'
+    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
+    build_index.run(flags + ['--run_id', 'r1'])
+    with fault_proxy(server) as proxy:  # the stale build reaches the store through it
+        env = {**os.environ, STOP_AT_ENV: 'after_manifest',
+               **{k: proxy.endpoint if v == server.endpoint else v for k, v in server.env.items()}}
+        stale = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'stale'],
+                                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_stopped(stale)  # paused (SIGSTOP) with its run complete, about to commit and publish
+            proxy.drop('*', '/.lock')  # and cut off: its renewals never reach the store
+            lease = leases.read_body(storage.read_bytes(f'{root}/{snapshots.LOCK_FILE}'))
+            while time.time() <= lease['expires_at']:  # its lease runs out, as the next build judges it
+                time.sleep(0.1)
+            build_index.run(flags + ['--run_id', 'newer'])
+            after_newer = objects_under(root)
+            os.kill(stale.pid, signal.SIGCONT)
+            _, stderr = stale.communicate(timeout=600)
+        finally:
+            stale.kill()
+    assert stale.returncode == 2, stderr[-3000:]
+    assert re.search(rf'^ragsieve build: error: the lease {root}/(cache/)?\.lock on {root}(/cache)? was lost: no '
+                     r'renewal succeeded for \d+ s .+ nothing was published$', stderr.strip().splitlines()[-1])
+    assert snapshots.read_latest(root) == 'newer'
+    # The newer run, its cache generation and LATEST as it left them; of the stale run, nothing.
+    assert objects_under(root) == {p: b for p, b in after_newer.items() if '/runs/stale/' not in p}
+
+
+def test_latest_is_published_only_over_the_version_its_build_read(object_store):
+    root = f'{object_store}/index'
+    snapshots.publish_latest(root, 'r1', None)
+    read = snapshots.latest_version(root)
+    snapshots.publish_latest(root, 'r2', read)  # e.g. a build that took the root over from a paused one
+    with pytest.raises(snapshots.Superseded, match=rf'^{root}/LATEST changed since this build read it \(it names '
+                                                   r'r2 now\): .+ run r3 was not published$'):
+        snapshots.publish_latest(root, 'r3', read)
+    with pytest.raises(snapshots.Superseded):
+        snapshots.publish_latest(root, 'r3', None)  # "none yet", but there is one
+    assert snapshots.read_latest(root) == 'r2'
+
+
+def test_a_lost_answer_to_latest_is_found_to_be_this_builds_own(object_store, request, monkeypatch):
+    server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
+    root = f'{object_store}/index'
+    snapshots.publish_latest(root, 'r1', None)
+    with fault_proxy(server, monkeypatch) as proxy:
+        read = snapshots.latest_version(root)
+        proxy.lose_answer('PUT' if object_store.startswith('s3') else 'POST', '/LATEST')
+        snapshots.publish_latest(root, 'r2', read)  # applied, its answer lost, the retry refused: ours
+        assert [a for _, _, a in proxy.seen].count('lose_answer') == 1
+        assert snapshots.read_latest(root) == 'r2'
+
+
+def _paused_build(server, proxy, root, run_id, *extra):
+    """A build in its own process that reaches the store through `proxy`, stopped (SIGSTOP) after its pipeline."""
+    env = {**os.environ, STOP_AT_ENV: 'after_pipeline',
+           **{k: proxy.endpoint if v == server.endpoint else v for k, v in server.env.items()}}
+    build = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', '--output', root, '--versioned',
+                              '--run_id', run_id, *FLAGS, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    wait_stopped(build)
+    return build
+
+
+def test_a_store_down_for_a_while_mid_build_is_waited_for(minio, sample_root, monkeypatch):
+    corpus, _ = sample_root
+    for key, value in minio.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    root = f's3://{BUCKET}/store-down-{os.getpid()}'
+    with fault_proxy(minio) as proxy:
+        build = _paused_build(minio, proxy, root, 'r1', '--input', str(corpus))
+        try:
+            proxy.drop('*', '')  # the store goes away: every request's connection is closed unanswered
+            os.kill(build.pid, signal.SIGCONT)
+            while [a for _, _, a in proxy.seen].count('drop') < 8:  # the build has tried again and again
+                assert build.poll() is None, build.communicate()[1][-3000:]
+                time.sleep(0.05)
+            proxy.clear()  # and comes back
+            _, stderr = build.communicate(timeout=600)
+        finally:
+            build.kill()
+    assert build.returncode == 0, stderr[-3000:]
+    assert 'does not answer' in stderr and 'Traceback' not in stderr
+    assert snapshots.read_latest(root) == 'r1'
+
+
+def test_a_store_that_stays_down_fails_the_build_in_one_line_within_its_bound(minio, sample_root, monkeypatch):
+    corpus, _ = sample_root
+    for key, value in minio.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    root = f's3://{BUCKET}/store-gone-{os.getpid()}'
+    flags = ['--input', str(corpus), '--output', root, '--versioned', *FLAGS]
+    build_index.run(flags + ['--run_id', 'r1'])
+    before = objects_under(root)
+    with fault_proxy(minio) as proxy:
+        build = _paused_build(minio, proxy, root, 'r2', '--input', str(corpus), '--store_retry_seconds', '2')
+        try:
+            proxy.drop('*', '')
+            os.kill(build.pid, signal.SIGCONT)
+            _, stderr = build.communicate(timeout=600)
+        finally:
+            build.kill()
+    assert build.returncode == 2, stderr[-3000:]
+    assert re.match(r'^ragsieve build: error: the object store did not answer for 2 s \(--store_retry_seconds\): '
+                    r'.+; nothing was published$', stderr.strip().splitlines()[-1])
+    assert 'Traceback' not in stderr
+    # LATEST, r1 and the cache's r1 as they were; of r2 (its run, its cache generation, its leases) what the
+    # store never let it delete, which the next build deletes.
+    after = objects_under(root)
+    assert {p: b for p, b in after.items() if '/r2/' not in p and not p.endswith('.lock')} == before

@@ -17,7 +17,18 @@ class Built:
 
     def client(self, **settings):
         self.built.append(settings)
-        return object()
+        return Client()
+
+
+class Client:
+    """A stand-in for a boto3 client: the event hooks registered on it."""
+
+    def __init__(self):
+        self.hooks = []
+        self.meta = self.events = self
+
+    def register_first(self, event, handler, unique_id=None):
+        self.hooks.append((event, unique_id))
 
 
 def test_one_client_per_settings_and_environment(monkeypatch):
@@ -29,6 +40,7 @@ def test_one_client_per_settings_and_environment(monkeypatch):
     monkeypatch.setenv('AWS_ACCESS_KEY_ID', 'another')  # boto3 would read other keys
     assert shared.session.Session().client(service_name='s3', endpoint_url='http://a') is not first
     assert len(boto3.built) == 3
+    assert first.hooks == [('needs-retry.s3', 'ragsieve-store-retry')]  # a store down a while is waited for
 
 
 def test_beams_s3_wrapper_shares_its_client_once_configured(monkeypatch):
