@@ -44,9 +44,16 @@ class DriftFound(Exception):
 
 
 class SyncFailed(Exception):
-    """A batch failed after its retries: the store is behind, its marker unchanged."""
+    """A batch failed after its retries: the store is behind, its marker unchanged; or the sync lost its lock."""
 
     exit_code = SYNC_FAILED
+
+
+def lost_lock_line(store: stores.Store, lost: stores.LockLost) -> str:
+    """The line of a sync that lost its lock: the store's fence kept its writes out from then on."""
+    reason = stores.first_line(lost, store.redact).removeprefix(f'{store.shown}: ')
+    return (f'{store.shown}: this sync lost its lock ({reason}); nothing was written after that, and the store is '
+            'left to the sync that holds it now')
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,7 +102,7 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
       ValueError: For a bad URI or flag, a missing client library, a damaged
         run, a store whose schema is not ragsieve's, or one another sync holds.
       DriftFound: With `verify`, when the store differs from the run.
-      SyncFailed: When a batch failed after its retries.
+      SyncFailed: When a batch failed after its retries, or the sync lost its lock.
     """
     if not 1 <= batch_rows <= MAX_BATCH_ROWS:
         raise ValueError(f'--batch_rows must be 1 to {MAX_BATCH_ROWS}, got {batch_rows}')
@@ -118,7 +125,11 @@ def sync(index: str, uri: str, verify: bool = False, batch_rows: int = DEFAULT_B
             report = sync_run(store, run, verify=verify, deep=deep, batch_rows=batch_rows, progress=view.add)
             view.finish()
     except SyncError as e:
+        if isinstance(e.cause, stores.LockLost):
+            raise SyncFailed(lost_lock_line(store, e.cause)) from e
         raise SyncFailed(f'{store.shown}: {e}; the store still reflects its previous run') from e
+    except stores.LockLost as e:
+        raise SyncFailed(lost_lock_line(store, e)) from e
     except ValueError as e:
         if not store.secrets:
             raise

@@ -188,8 +188,13 @@ def marker_drift(marker: Any, run_id: str) -> Optional[str]:
 
 
 def attempt(action: str, call: Callable[[], Any], chunk_ids: Callable[[], list[str]] = list,
-            store: Optional[Store] = None, sleep: Callable[[float], None] = time.sleep) -> Any:
+            store: Optional[Store] = None, sleep: Callable[[float], None] = time.sleep,
+            point: Optional[str] = None) -> Any:
     """Runs one store call, retrying it after `store.recover()`; returns what it returns.
+
+    `point` names the checkpoint between the lock's check and the call (a
+    test pauses the sync there: the store's fence, not the check, must
+    then keep its write out).
 
     Raises:
       StoreError: From the call itself: a store that cannot be used as it is, not retried.
@@ -207,8 +212,12 @@ def attempt(action: str, call: Callable[[], Any], chunk_ids: Callable[[], list[s
         except Exception as e:  # the server is not back yet: this attempt failed too
             error = e
         else:
+            if point and not number:
+                publish.checkpoint(point)
             try:
                 return call()
+            except LockLost as e:  # the store's fence kept the write out: another sync holds the store
+                raise SyncError(action, chunk_ids(), e, number + 1, redact) from e
             except StoreError:
                 raise
             except Exception as e:  # every client raises its own types; the last one is reported
@@ -325,7 +334,8 @@ def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int,
     drift = report.drift
     for start in range(0, len(drift.extra), batch_rows):
         ids = drift.extra[start:start + batch_rows]
-        attempt('delete', lambda ids=ids: store.delete(ids), lambda ids=ids: ids, store=store)
+        attempt('delete', lambda ids=ids: store.delete(ids), lambda ids=ids: ids, store=store,
+                point=f'sync_deleting_{start // batch_rows}')
         report.deleted += len(ids)
         if progress:
             progress(DELETED, len(ids))
@@ -333,7 +343,7 @@ def _finish(store: Store, run: rows.Run, report: Report, batch_rows: int,
     held = run.rows - len(report.rejected)
     if not drift.none:
         marker = {'run_id': run.run_id, 'rows': held, 'rejected': len(report.rejected)}
-        attempt('marker', lambda: store.write_marker(marker), store=store)
+        attempt('marker', lambda: store.write_marker(marker), store=store, point='sync_marking')
     publish.checkpoint('sync_marked')
     if drift.none:
         return  # nothing written
@@ -367,9 +377,10 @@ class _Upserts:
     def _write(self, size: int) -> None:
         held = pa.concat_tables(self._tables)
         batch, rest = held.slice(0, size), held.slice(size)
+        number = next(self._written)
         attempt('upsert', lambda: self._store.upsert(batch), lambda: batch.column('chunk_id').to_pylist(),
-                store=self._store)
-        publish.checkpoint(f'sync_upserted_{next(self._written)}')
+                store=self._store, point=f'sync_upserting_{number}')
+        publish.checkpoint(f'sync_upserted_{number}')
         self._report.upserted += batch.num_rows
         if self._progress:
             self._progress(UPSERTED, batch.num_rows)
