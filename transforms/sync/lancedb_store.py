@@ -3,23 +3,27 @@
 The sync lock is `NAME.sync-lock` in the store's directory. Lance does not
 enforce keys, so a table may hold an id twice, and one made by an earlier
 ragsieve NULL ids or vectors: the sync finds and repairs them.
-Every write is a Lance commit, a version of its own; once a sync leaves
-the table with more than `?keep_versions=` (default `KEEP_VERSIONS`), it
-compacts the table and keeps the newest half of them.
+Every write is a Lance commit, a version of its own, made by `_commit`:
+conditional on the versions of the table and its marker this sync last
+read or wrote (Lance itself rebases a commit onto any newer version, even
+one its write never read), inside the store directory's commit section.
+Once a sync leaves the table with more than `?keep_versions=` (default
+`KEEP_VERSIONS`), it compacts the table and keeps the newest half of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from transforms.sync import locks, rows
-from transforms.sync.store import Store, StoreError
+from transforms.sync.store import LockLost, Store, StoreError
 
 MARKER_SUFFIX = '_sync'
 LOCK_SUFFIX = '.sync-lock'
@@ -57,6 +61,8 @@ class LanceDBStore(Store):
         self._connection = None
         self._lock: Optional[locks.FileLock] = None
         self._table = None
+        # The version of the table and of its marker this sync last read or wrote (None: not there then).
+        self._versions: dict[str, Optional[int]] = {}
 
     @property
     def _db(self):
@@ -72,9 +78,13 @@ class LanceDBStore(Store):
         result = self._db.list_tables()
         return set(getattr(result, 'tables', result))
 
-    def lock(self, wait: float, holder: str):
+    @contextlib.contextmanager
+    def lock(self, wait: float, holder: str) -> Iterator[None]:
         self._lock = locks.file_lock(os.path.join(self.target, self.table + LOCK_SUFFIX), self.shown, wait, holder)
-        return self._lock
+        with self._lock:
+            with locks.commit_section(self.target, self.shown):
+                pass  # a commit that a sync which lost this lock had checked lands before this sync reads
+            yield
 
     def check_lock(self) -> None:
         if self._lock is not None:
@@ -84,20 +94,63 @@ class LanceDBStore(Store):
         schema = rows.store_schema(dim)
         names = self._names()
         marker = self.table + MARKER_SUFFIX
-        if marker in names and self._db.open_table(marker).schema != _MARKER_SCHEMA:
+        marker_table = self._db.open_table(marker) if marker in names else None
+        if marker_table is not None and marker_table.schema != _MARKER_SCHEMA:
             raise StoreError(f'{self.shown}: table {marker!r} is not a ragsieve marker (its columns: '
-                             f'{self._db.open_table(marker).schema.names}); drop it or sync into another ?table=')
+                             f'{marker_table.schema.names}); drop it or sync into another ?table=')
+        self._versions = {self.table: None, marker: marker_table.version if marker_table is not None else None}
         if self.table in names:
+            # Reads go through this handle, at this version, until this sync writes: what its writes are conditional on.
             self._table = self._db.open_table(self.table)
+            self._versions[self.table] = self._table.version
             difference = rows.schema_difference(self._table.schema, schema)
             if difference:
                 raise StoreError(f'{self.shown}: table {self.table!r} is not the {dim}-dimensional rows of '
                                  f'ragsieve ({difference}); drop it or sync into another ?table=')
             return True
         if create:
-            self._table = self._db.create_table(self.table, schema=_new_table_schema(dim))
+            self._table = self._commit(self.table, lambda: self._db.create_table(self.table,
+                                                                                 schema=_new_table_schema(dim)))
             return True
         return False
+
+    def _version_now(self, name: str) -> Optional[int]:
+        """The newest version of table `name` on disk, or None when there is no such table."""
+        return self._db.open_table(name).version if name in self._names() else None
+
+    def _check_versions(self) -> None:
+        """Raises LockLost unless the table and its marker are at the versions this sync last read or wrote."""
+        for name, seen in self._versions.items():
+            now = self._version_now(name)
+            if now != seen:
+                raise LockLost(f'{self.shown}: table {name!r} is {_at(now)}, not {_at(seen)} as this sync last read '
+                               'or wrote it: another sync wrote the store')
+
+    def _commit(self, name: str, write: Callable[[], Any]) -> Any:
+        """The one commit point of a sync into LanceDB; `write` commits once to table `name` and returns its handle.
+
+        Fenced against another sync having taken the lock or written: inside
+        the store directory's commit section (one commit of any sync at a
+        time), this sync's lock file must still be its own and the table and
+        its marker at the versions this sync last read or wrote; the commit
+        must then be the next version of `name`, else a writer that holds no
+        ragsieve lock committed at the same moment.
+
+        Raises:
+          LockLost: Before writing, when the lock file was replaced or another sync wrote the store.
+          StoreError: After writing, when the commit did not follow the version it was conditional on.
+        """
+        with locks.commit_section(self.target, self.shown):
+            self.check_lock()
+            self._check_versions()
+            table = write()
+            expected = (self._versions[name] or 0) + 1
+            if table.version != expected:
+                raise StoreError(f'{self.shown}: table {name!r} took this sync\'s write as version {table.version}, '
+                                 f'not {expected}: a writer that holds no ragsieve lock wrote it at the same time; '
+                                 'sync again once it is done')
+            self._versions[name] = table.version
+            return table
 
     def scan(self, columns: Sequence[str], batch_rows: int) -> Iterator[pa.Table]:
         reader = self._table.search().select(list(columns)).limit(None).to_batches(batch_rows)
@@ -111,16 +164,23 @@ class LanceDBStore(Store):
         return hits.column('chunk_id').to_pylist()
 
     def upsert(self, table: pa.Table) -> None:
-        (self._table.merge_insert('chunk_id').when_matched_update_all().when_not_matched_insert_all()
-         .execute(table))
+        self._commit(self.table, lambda: self._rows_written(
+            lambda: self._table.merge_insert('chunk_id').when_matched_update_all().when_not_matched_insert_all()
+            .execute(table)))
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         for start in range(0, len(chunk_ids), _DELETE_IDS):
             ids = ', '.join(_quoted(c) for c in chunk_ids[start:start + _DELETE_IDS])
-            self._table.delete(f'chunk_id IN ({ids})')
+            self._commit(self.table, lambda ids=ids: self._rows_written(
+                lambda: self._table.delete(f'chunk_id IN ({ids})')))
 
     def delete_null_keys(self) -> None:
-        self._table.delete('chunk_id IS NULL')
+        self._commit(self.table, lambda: self._rows_written(lambda: self._table.delete('chunk_id IS NULL')))
+
+    def _rows_written(self, write: Callable[[], Any]):
+        """Runs one commit through the table's handle, which then stands at the version it made; returns the handle."""
+        write()
+        return self._table
 
     def _marker_table(self):
         name = self.table + MARKER_SUFFIX
@@ -140,18 +200,28 @@ class LanceDBStore(Store):
 
     def write_marker(self, marker: dict) -> None:
         data = pa.table({'marker': [json.dumps(marker, sort_keys=True)]}, schema=_MARKER_SCHEMA)
-        # One row, replaced whole: `mode='overwrite'` is one commit.
-        exists = self._marker_table() is not None
-        self._db.create_table(self.table + MARKER_SUFFIX, data=data, mode='overwrite' if exists else 'create')
+        name = self.table + MARKER_SUFFIX
+        # One row, replaced whole: `mode='overwrite'` is one commit; `create` fails where another made it meanwhile.
+        self._commit(name, lambda: self._db.create_table(
+            name, data=data, mode='create' if self._versions[name] is None else 'overwrite'))
 
     def search(self, vector: np.ndarray, k: int) -> list[str]:
         hits = self._table.search(np.asarray(vector, np.float32)).metric('dot').limit(k).select(['chunk_id'])
         return [row['chunk_id'] for row in hits.to_list()]
 
     def upkeep(self, changed: int, rows: int) -> None:
-        for table in (self._table, self._marker_table()):
-            if table is not None:
-                prune(table, self.keep_versions)
+        # Compaction commits and cleanup deletes files: fenced as a write is, its commits this sync's own.
+        with locks.commit_section(self.target, self.shown):
+            self.check_lock()
+            self._check_versions()
+            for table in (self._table, self._marker_table()):
+                if table is not None:
+                    prune(table, self.keep_versions)
+            self._versions = {name: self._version_now(name) for name in self._versions}
+
+
+def _at(version: Optional[int]) -> str:
+    return 'missing' if version is None else f'at version {version}'
 
 
 def _new_table_schema(dim: int) -> pa.Schema:

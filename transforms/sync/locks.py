@@ -5,23 +5,31 @@ is a file beside the store's data, held with `flock`: the kernel releases
 it when its holder exits or is killed. The file must stay: deleting or
 replacing it would let a second sync take a lock of its own, so a sync
 that finds its lock file gone or replaced stops (`FileLock.check`).
+A check alone is no fence: a sync paused between its check and its write
+would land the write after all, so LanceDB's commits are made inside a
+`commit_section` of the store's directory, which no rename splits.
 PostgreSQL holds an advisory lock instead (`pgvector_store`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import os
 import socket
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from transforms import file_locks
 from transforms.sync.store import LockHeld, LockLost, StoreError, shown_id
 
 # How often a sync waiting for a lock (`--wait`) tries it again.
 POLL_SECONDS = 0.2
+# How long a commit waits for another sync's to end: a commit takes moments (a compaction seconds); one
+# held longer is a paused sync's.
+COMMIT_WAIT_SECONDS = 120.0
 
 
 def holder_record(holder: str) -> dict:
@@ -119,7 +127,52 @@ class FileLock:
         try:
             self._held.check()
         except file_locks.LockLost as e:
-            raise LockLost(f'{self.what}: {e}; this sync stops before writing more') from None
+            raise LockLost(f'{self.what}: {e}') from None
+
+
+@contextlib.contextmanager
+def commit_section(directory: str, what: str, wait: float = COMMIT_WAIT_SECONDS) -> Iterator[None]:
+    """Holds an exclusive `flock` on the store's directory itself while one commit is checked and made.
+
+    Renaming or deleting a lock file lets a second sync lock a new one; the
+    directory holding the store's tables is not split so. Every commit of
+    every sync runs in this section after checking that its lock file is
+    still its own, and a sync that has just taken the lock passes through it
+    before reading the store: a commit that a paused sync checked before it
+    lost its lock lands before the new holder reads, never after. A
+    filesystem without `flock` on directories gives no section: the
+    versions each commit is conditional on still fence it.
+
+    Raises:
+      StoreError: When another sync's commit held it for `wait` seconds (a paused sync).
+    """
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)  # a first write makes the store's directory: its section with it
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, 'O_CLOEXEC', 0))
+
+    def take() -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    try:
+        if not retry_until(take, wait):
+            raise StoreError(f'{what}: another sync has been committing to it for {wait:g} s (is it paused?); '
+                             'run again once it has ended')
+    except OSError as e:
+        if e.errno not in (errno.EBADF, errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP):
+            os.close(fd)
+            raise
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield
+    finally:
+        os.close(fd)  # the flock goes with it
 
 
 def file_lock(path: str, what: str, wait: float, holder: str) -> FileLock:
