@@ -7,6 +7,9 @@ they round-trip bit for bit); metadata is `text`, kept byte for byte (cast
 it `::jsonb` to query it). Names are quoted identifiers in the connection's
 current schema. The sync lock is a session advisory lock, which the server
 releases when the connection ends, the sync's process killed included.
+Every write is a transaction made by `_fenced`: it checks there that its
+connection holds the lock and takes the marker's row lock, conditional on
+the row version this sync last read or wrote, and moves that version on.
 """
 
 from __future__ import annotations
@@ -65,7 +68,10 @@ class PgvectorStore(Store):
         self._not_null_vectors = True
         self._has_marker = False
         self._locked = False
-        self._marker_seen: Any = None
+        # The marker row's version (its xmin) this sync last read or wrote; None: no row then. Every write moves it.
+        self._marker_version: Optional[str] = None
+        # The version the last write made, until its commit is known to have landed.
+        self._pending_version: Optional[str] = None
 
     @classmethod
     def table_problem(cls, name: str) -> Optional[str]:
@@ -155,8 +161,14 @@ class PgvectorStore(Store):
     def recover(self) -> None:
         """Reconnects a lost connection and retakes the lock, unless another sync wrote meanwhile.
 
+        Whether another sync wrote is read from the marker row's version,
+        which every write moves (a value compared would miss a sync that
+        wrote the same marker again, or rows and no marker); the version of
+        this sync's own last write, committed though its answer was lost,
+        is its own.
+
         Raises:
-          LockLost: When another sync took the lock, or moved the marker, while this one was away.
+          LockLost: When another sync took the lock, or wrote the store, while this one was away.
         """
         if self._conn_ is not None and not (self._conn_.closed or self._conn_.broken):
             return
@@ -168,9 +180,55 @@ class PgvectorStore(Store):
         if self._locked:  # held by the lost session, which the server ended: retaken, or lost
             if not self._try_lock():
                 raise LockLost(f'{self.shown}: lost its connection, and another sync took the lock meanwhile')
-            seen = self._marker_seen
-            if self._has_marker and self.read_marker() != seen:
-                raise LockLost(f'{self.shown}: lost its connection, and another sync wrote the store meanwhile')
+            if self._has_marker:
+                now = self._marker_version_now()
+                if now is not None and now == self._pending_version:
+                    self._marker_version = now
+                if now != self._marker_version:
+                    raise LockLost(f'{self.shown}: lost its connection, and another sync wrote the store meanwhile')
+
+    def _marker_version_now(self) -> Optional[str]:
+        from psycopg import sql
+
+        found = self._query(sql.SQL('SELECT xmin::text FROM {}').format(self._name(MARKER_SUFFIX)))
+        return found[0][0] if found else None
+
+    @contextlib.contextmanager
+    def _fenced(self) -> Iterator[Any]:
+        """The one commit point of a sync into PostgreSQL: a transaction whose cursor the block writes with.
+
+        Fenced against a lost lock and another sync's writes, in the same
+        transaction: its connection must hold the sync lock (a connection
+        that lost it cannot commit; one behind a pooler that moved it to
+        another is refused), and the marker's row, locked until the commit,
+        must be at the version this sync last read or wrote. The write then
+        moves that version on (the row is created holding no marker, JSON
+        null, where there was none), so any sync that wrote since is seen.
+
+        Raises:
+          LockLost: When the lock is not held or another sync wrote: nothing of the block is committed.
+        """
+        from psycopg import sql
+
+        marker = self._name(MARKER_SUFFIX)
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            if self._locked:
+                cur.execute('SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = %s AND classid = %s AND objid = %s '
+                            'AND objsubid = 2 AND pid = pg_backend_pid() AND granted)',
+                            ('advisory', _LOCK_CLASS, _lock_key(self._current_schema(), self.table)))
+                if not cur.fetchone()[0]:
+                    raise LockLost(f'{self.shown}: this connection no longer holds the sync lock')
+            cur.execute(sql.SQL('SELECT xmin::text FROM {} FOR UPDATE').format(marker))
+            found = cur.fetchall()
+            now = found[0][0] if found else None
+            if now != self._marker_version:
+                raise LockLost(f'{self.shown}: the marker\'s row is {_at(now)}, not {_at(self._marker_version)} as '
+                               'this sync last read or wrote it: another sync wrote the store')
+            yield cur
+            cur.execute(sql.SQL("INSERT INTO {0} (one, marker) VALUES (true, 'null') ON CONFLICT (one) DO UPDATE SET "
+                                'marker = {0}.marker RETURNING xmin::text').format(marker))
+            self._pending_version = cur.fetchone()[0]
+        self._marker_version = self._pending_version
 
     # --- the table ------------------------------------------------------------------
 
@@ -241,6 +299,8 @@ class PgvectorStore(Store):
                 self._query(statement, fetch=False)
             found, marker = self._columns(), True
         self._has_marker = marker is not None
+        if self._has_marker:
+            self._marker_version = self._marker_version_now()  # what this sync's writes are conditional on
         expected = [(c, 'vector(%d)' % dim if c == 'embedding' else t.replace('float4', 'real'))
                     for c, t in _TYPES.items()]
         if [c[:2] for c in found] != expected:
@@ -312,7 +372,7 @@ class PgvectorStore(Store):
         vectors = rows.vector_matrix(table.column('embedding'))
         columns = {c: table.column(c).to_pylist() for c in names if c != 'embedding'}
         updates = sql.SQL(', ').join(sql.SQL('{0} = EXCLUDED.{0}').format(sql.Identifier(c)) for c in names[1:])
-        with self._conn.transaction(), self._conn.cursor() as cur:
+        with self._fenced() as cur:
             cur.execute(sql.SQL('CREATE TEMP TABLE _ragsieve_batch (LIKE {}) ON COMMIT DROP').format(self._name()))
             with cur.copy(sql.SQL('COPY _ragsieve_batch ({}) FROM STDIN WITH (FORMAT BINARY)').format(
                     sql.SQL(', ').join(map(sql.Identifier, names)))) as copy:
@@ -325,8 +385,8 @@ class PgvectorStore(Store):
     def delete(self, chunk_ids: Sequence[str]) -> None:
         from psycopg import sql
 
-        self._query(sql.SQL('DELETE FROM {} WHERE chunk_id = ANY(%s)').format(self._name()), (list(chunk_ids),),
-                    fetch=False)
+        with self._fenced() as cur:
+            cur.execute(sql.SQL('DELETE FROM {} WHERE chunk_id = ANY(%s)').format(self._name()), (list(chunk_ids),))
 
     def read_marker(self) -> Any:
         from psycopg import sql
@@ -334,16 +394,14 @@ class PgvectorStore(Store):
         if not self._has_marker:
             return None
         found = self._query(sql.SQL('SELECT marker FROM {}').format(self._name(MARKER_SUFFIX)))
-        self._marker_seen = found[0][0] if found else None
-        return self._marker_seen
+        return found[0][0] if found else None
 
     def write_marker(self, marker: dict) -> None:
         from psycopg import sql
 
-        self._query(sql.SQL('INSERT INTO {} (one, marker) VALUES (true, %s) ON CONFLICT (one) DO UPDATE SET marker = '
-                            'EXCLUDED.marker').format(self._name(MARKER_SUFFIX)), (json.dumps(marker),), fetch=False)
-        self._has_marker = True
-        self._marker_seen = json.loads(json.dumps(marker))
+        with self._fenced() as cur:
+            cur.execute(sql.SQL('INSERT INTO {} (one, marker) VALUES (true, %s) ON CONFLICT (one) DO UPDATE SET '
+                                'marker = EXCLUDED.marker').format(self._name(MARKER_SUFFIX)), (json.dumps(marker),))
 
     def search(self, vector: np.ndarray, k: int) -> list[str]:
         from psycopg import sql
@@ -364,6 +422,10 @@ class PgvectorStore(Store):
         if self._conn_ is not None:
             self._conn_.close()
             self._conn_ = None
+
+
+def _at(version: Optional[str]) -> str:
+    return 'missing' if version is None else f'at version {version}'
 
 
 STORE = PgvectorStore
