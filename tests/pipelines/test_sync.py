@@ -4,9 +4,11 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +16,11 @@ from pipelines import cli
 from pipelines import sync as sync_job
 from pipelines.build_index import job as build_index
 from pipelines.common import exits
-from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests
+from tests.helpers import REPO, drift_of, free_port, run_digests, store_digests, store_rows
 from transforms.output import publish
 from transforms.sync import locks, rows
-from transforms.sync.store import open_store
+from transforms.sync.lancedb_store import LOCK_SUFFIX
+from transforms.sync.store import DEFAULT_TABLE, open_store
 
 # Upserts and deletes come in batches of 2, so a kill can fall between two of each.
 BATCH = ('--batch_rows', '2')
@@ -25,6 +28,10 @@ BATCH = ('--batch_rows', '2')
 CONCURRENT_SYNCS = int(os.environ.get('RAGSIEVE_CONCURRENT_SYNCS', '4'))
 KILL_POINTS = ('sync_prepared', 'sync_upserted_0', 'sync_upserted_2', 'sync_deleted_0', 'sync_deleted_1',
                'sync_marked')
+# Where a paused sync is stopped: past its last check of the lock, before a write (an upsert into an empty
+# table, the issue's case; into a synced one; a delete; the marker). Its store's fence must keep that write out.
+PAUSE_POINTS = (('sync_upserting_0', False), ('sync_upserting_1', True), ('sync_deleting_0', True),
+                ('sync_marking', True))
 
 
 def sync_cli(capsys, *argv):
@@ -80,6 +87,71 @@ def test_a_sync_killed_anywhere_is_finished_by_the_next(durable_store_uri, synce
     assert drift_of(store_uri, r2).none, resumed
     if point == 'sync_marked':
         assert (resumed.upserted, resumed.deleted) == (0, 0)
+
+
+def stopped(process) -> bool:
+    """Whether `process` is stopped (state T), read from /proc: it stopped itself at its checkpoint."""
+    stat = Path(f'/proc/{process.pid}/stat').read_text()
+    return stat[stat.rindex(')') + 2] == 'T'
+
+
+def take_the_lock_of(process, store_uri: str) -> None:
+    """What loses a paused sync its lock: its lock file renamed away (LanceDB), its session ended (PostgreSQL)."""
+    if store_uri.startswith('lancedb://'):
+        lock = Path(store_uri.split('://', 1)[1]) / f'{DEFAULT_TABLE}{LOCK_SUFFIX}'
+        lock.rename(lock.with_name('renamed-away'))
+        return
+    import psycopg
+
+    with psycopg.connect(store_uri.split('?')[0], autocommit=True) as conn:
+        ended = conn.execute('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s',
+                             (f'ragsieve sync pid {process.pid} on %',)).fetchall()
+    assert ended == [(True,)]
+
+
+def store_state(store_uri: str):
+    """What a store holds: its rows' digests, how many rows (an id held twice counts twice), its marker."""
+    store = open_store(store_uri)
+    try:
+        store.prepare(384, create=False)
+        marker = store.read_marker()
+    finally:
+        store.close()
+    return store_digests(store_uri), store_rows(store_uri).num_rows, marker
+
+
+@pytest.mark.parametrize('point, synced', PAUSE_POINTS, ids=[p for p, _ in PAUSE_POINTS])
+def test_a_sync_that_lost_its_lock_while_paused_lands_no_write(durable_store_uri, synced_runs, point, synced):
+    """Sync A is paused (SIGSTOP) past its last check of the lock, loses the lock, and B syncs the store.
+
+    Resumed, A must not land the write it was about to make: it stops with one line (exit 4), and the
+    store is exactly what B left, rows and marker.
+    """
+    store_uri = durable_store_uri
+    _, r1, r2 = synced_runs
+    if synced:
+        assert sync_job.sync(str(r2), store_uri).upserted
+    sync = [sys.executable, '-m', 'pipelines.cli', 'sync', '--to', store_uri, '--no_progress']
+    paused = subprocess.Popen([*sync, '--index', str(r1), *BATCH], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, publish.STOP_AT_ENV: point})
+    try:
+        while not stopped(paused):
+            assert paused.poll() is None, paused.communicate()
+            time.sleep(0.05)
+        take_the_lock_of(paused, store_uri)
+        newer = subprocess.run([*sync, '--index', str(r2), '--wait', '60'], cwd=REPO, capture_output=True,
+                               text=True)
+        assert newer.returncode == 0, newer.stderr[-2000:]
+        left = store_state(store_uri)
+        assert left == (run_digests(r2), len(run_digests(r2)), left[2]) and left[2]['run_id'] == 'r2'
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    _, err = paused.communicate(timeout=120)
+    assert store_state(store_uri) == left
+    assert paused.returncode == exits.SYNC_FAILED, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f'ragsieve sync: {store_uri}: this sync lost its lock (') and 'Traceback' not in err
+    assert last.endswith('; nothing was written after that, and the store is left to the sync that holds it now')
 
 
 def test_build_syncs_what_it_published(tmp_path, capsys):

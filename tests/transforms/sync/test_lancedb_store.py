@@ -8,7 +8,7 @@ from tests.helpers import (drift_of, edited_run, run_digests, store_digests, sto
                            with_values)
 from transforms.sync import rows
 from transforms.sync.lancedb_store import LOCK_SUFFIX
-from transforms.sync.store import StoreError
+from transforms.sync.store import LockLost, StoreError, open_store
 
 
 def test_duplicated_and_null_rows_are_drift_and_repaired(tmp_path, synced_runs):
@@ -116,3 +116,22 @@ def test_a_sync_whose_lock_file_is_deleted_stops_before_writing(tmp_path, synced
         sync_job.sync(str(r1), f'lancedb://{tmp_path}/lance')
     assert '\n' not in str(failed.value)
     assert store_rows(f'lancedb://{tmp_path}/lance').num_rows == 0  # nothing written after the loss
+
+
+def test_a_write_is_conditional_on_the_versions_the_sync_read(tmp_path, synced_runs):
+    _, r1, r2 = synced_runs
+    uri = f'lancedb://{tmp_path}/lance'
+    sync_into(uri, r2)
+    store = open_store(uri)
+    store.prepare(384, create=True)  # reads at the table's and marker's versions now
+    sync_into(uri, r1)  # another writer: Lance would rebase this store's next commit onto its versions
+    left = store_rows(uri)
+    try:
+        with pytest.raises(LockLost, match=r"table 'ragsieve_chunks' is at version \d+, not at version \d+ as this "
+                                           'sync last read or wrote it: another sync wrote the store'):
+            store.delete(left.column('chunk_id').to_pylist()[:1])
+        with pytest.raises(LockLost):
+            store.write_marker({'run_id': 'r0'})
+    finally:
+        store.close()
+    assert store_rows(uri).equals(left) and drift_of(uri, r1).none

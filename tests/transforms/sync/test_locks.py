@@ -127,3 +127,14 @@ def test_a_holder_whose_lock_file_was_deleted_or_replaced_stops(tmp_path, split)
             with pytest.raises(LockLost, match='^the store: lock file .* deleted or replaced'):
                 held.check()  # ...and the first one stops
     assert held.check() is None  # released: nothing to check
+
+
+def test_a_commit_section_admits_one_commit_at_a_time_whatever_the_lock_files(tmp_path):
+    (tmp_path / 't.sync-lock').write_text('')
+    with locks.commit_section(str(tmp_path), 'the store'):
+        os.rename(tmp_path / 't.sync-lock', tmp_path / 'renamed-away')  # splits a lock file, not the directory
+        with pytest.raises(StoreError, match=r'^the store: another sync has been committing to it for 0 s'):
+            with locks.commit_section(str(tmp_path), 'the store', wait=0):
+                pass
+    with locks.commit_section(str(tmp_path), 'the store', wait=0):
+        pass

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import REPO, drift_of, run_digests, store_digests, sync_into
 from transforms.sync import sync
 from transforms.sync.run_check import checked_run
-from transforms.sync.store import LockHeld, StoreError, open_store
+from transforms.sync.store import LockHeld, LockLost, StoreError, open_store
 
 HOLD = ('import sys, time\n'
         'from transforms.sync.store import open_store\n'
@@ -173,3 +173,39 @@ def test_a_large_change_is_analyzed(postgres_uri, synced_runs):
     assert analyzed == [(1,)]
     assert sync_into(uri, r1).upserted == 0  # nothing changed: no ANALYZE
     assert execute(uri, "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 't_analyzed'")[0] == analyzed
+
+
+def test_a_write_is_conditional_on_the_marker_row_the_sync_read(postgres_uri, synced_runs):
+    _, r1, r2 = synced_runs
+    uri = f'{postgres_uri}?table=t_fenced'
+    sync_into(uri, r2)
+    store = open_store(uri)
+    store.prepare(384, create=True)
+    execute(uri, 'UPDATE t_fenced_sync SET marker = marker')  # another sync wrote the same marker again
+    left = store_digests(uri)
+    try:
+        with pytest.raises(LockLost, match=r"the marker's row is at version \d+, not at version \d+ as this sync "
+                                           'last read or wrote it: another sync wrote the store'):
+            store.delete(list(left)[:1])
+        with pytest.raises(LockLost):
+            store.write_marker({'run_id': 'r1'})
+    finally:
+        store.close()
+    assert store_digests(uri) == left and drift_of(uri, r2).none
+
+
+def test_a_connection_that_no_longer_holds_the_lock_commits_nothing(postgres_uri, synced_runs):
+    _, r1, _ = synced_runs
+    uri = f'{postgres_uri}?table=t_unheld'
+    sync_into(uri, r1)
+    left = store_digests(uri)
+    store = open_store(uri)
+    with store.lock(0, 'run r1'):
+        store.prepare(384, create=True)
+        # What a transaction pooler does when it runs the next transaction on another server connection.
+        with store._conn.transaction():
+            store._conn.execute('SELECT pg_advisory_unlock_all()')
+        with pytest.raises(LockLost, match='this connection no longer holds the sync lock'):
+            store.delete(list(left)[:1])
+    store.close()
+    assert store_digests(uri) == left
