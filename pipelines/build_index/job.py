@@ -238,14 +238,18 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
     with build_progress.live_counts(options, view, build_progress.build_meters(config, files)):
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
-        result = pipeline.run()
-        console = build_progress.dataflow_console(options, result)
-        if console:
-            view.note(console)
-        engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
+        try:
+            result = pipeline.run()
+            console = build_progress.dataflow_console(options, result)
+            if console:
+                view.note(console)
+            engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
+        except Exception:
+            # A run paused past its lease finds its files deleted by the build that took over: that is the cause.
+            snapshots.check_locks(locks)
+            raise
     view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')
-    # A run paused past its lease may find its files deleted by the build that took over: it says so, first.
     snapshots.check_locks(locks)
     with view.step('write manifest'):
         manifest = write_manifest(config, result, target, cache, models, time.perf_counter() - started, quality)

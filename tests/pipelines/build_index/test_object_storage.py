@@ -30,6 +30,14 @@ from transforms.storage import leases
 FLAGS = ['--chunk_size', '64', '--progress', 'none']
 
 
+def wait_leases_expired(root: str) -> None:
+    """Returns once every lease under `root` (the output's, the cache's) has expired by this machine's clock."""
+    for lease in [f.path for f in storage.list_files(root) if f.path.endswith(f'/{snapshots.LOCK_FILE}')]:
+        expires_at = leases.read_body(storage.read_bytes(lease))['expires_at']
+        while time.time() <= expires_at:
+            time.sleep(0.1)
+
+
 def manifest_of(url: str) -> dict:
     return json.loads(storage.read_bytes(f'{url}/manifest.json'))
 
@@ -169,9 +177,7 @@ def test_a_build_paused_past_its_lease_publishes_nothing_over_the_build_that_too
         try:
             wait_stopped(stale)  # paused (SIGSTOP) with its run complete, about to commit and publish
             proxy.drop('*', '/.lock')  # and cut off: its renewals never reach the store
-            lease = leases.read_body(storage.read_bytes(f'{root}/{snapshots.LOCK_FILE}'))
-            while time.time() <= lease['expires_at']:  # its lease runs out, as the next build judges it
-                time.sleep(0.1)
+            wait_leases_expired(root)  # its leases run out, as the next build judges them
             build_index.run(flags + ['--run_id', 'newer'])
             after_newer = objects_under(root)
             os.kill(stale.pid, signal.SIGCONT)
@@ -270,3 +276,37 @@ def test_a_store_that_stays_down_fails_the_build_in_one_line_within_its_bound(mi
     # store never let it delete, which the next build deletes.
     after = objects_under(root)
     assert {p: b for p, b in after.items() if '/r2/' not in p and not p.endswith('.lock')} == before
+
+
+def test_a_failed_versioned_build_leaves_neither_its_run_nor_its_cache_generation(object_store, tmp_path):
+    (tmp_path / 'corpus').mkdir()
+    (tmp_path / 'corpus' / 'blank.md').write_text('  \n')
+    root = f'{object_store}/index'
+    with pytest.raises(ValueError, match='no document was indexed'):
+        build_index.run(['--input', str(tmp_path / 'corpus'), '--output', root, '--versioned', *FLAGS])
+    assert storage.list_files(object_store) == []  # no run, no cache generation, no lease
+
+
+def test_a_build_paused_mid_pipeline_whose_run_the_next_build_deleted_says_it_lost_its_lease(minio, sample_root,
+                                                                                          monkeypatch):
+    corpus, _ = sample_root
+    for key, value in minio.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    root = f's3://{BUCKET}/paused-mid-pipeline-{os.getpid()}'
+    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
+    env = {**os.environ, STOP_AT_ENV: 'chunks_written'}  # its chunk parts written, its index not yet
+    stale = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'stale'], cwd=REPO,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_stopped(stale)
+        wait_leases_expired(root)
+        build_index.run(flags + ['--run_id', 'newer'])  # takes the root over, deletes the stale run's parts
+        os.kill(stale.pid, signal.SIGCONT)
+        _, stderr = stale.communicate(timeout=600)
+    finally:
+        stale.kill()
+    assert stale.returncode == 2, stderr[-3000:]
+    assert re.search(rf'^ragsieve build: error: the lease {root}/(cache/)?\.lock on {root}(/cache)? was lost',
+                     stderr.strip().splitlines()[-1]), stderr[-3000:]
+    assert snapshots.read_latest(root) == 'newer' and not storage.has_files(f'{root}/runs/stale')

@@ -46,6 +46,14 @@ def test_latest_pointer_and_resolve_index(tmp_path):
         snapshots.resolve_index(str(tmp_path))
 
 
+def test_a_corrupt_latest_says_what_it_holds_and_names_no_flag(tmp_path):
+    (tmp_path / 'LATEST').write_text('../r1 now\n')
+    with pytest.raises(ValueError) as refused:
+        snapshots.read_latest(str(tmp_path))
+    assert str(refused.value) == (f"{tmp_path}/LATEST is corrupt: it must hold one run id (a run id '../r1 now' must "
+                                  'be letters, digits, ".", "_" or "-", starting with a letter or digit)')
+
+
 def test_clean_debris_deletes_incomplete_runs_and_pointer_temporaries(tmp_path):
     make_run(tmp_path, 'r1')
     make_run(tmp_path, 'r2', complete=False)
