@@ -228,3 +228,25 @@ def proxied_store(object_store, request, monkeypatch):
     server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
     with fault_proxy(server, monkeypatch) as proxy:
         yield object_store, proxy
+
+
+@pytest.fixture
+def deny_bucket(proxied_store, request, monkeypatch):
+    """A call that makes the test bucket one this process's credentials may not use, once the test wrote what it
+    needs: on MinIO, STS credentials for another bucket alone (AccessDenied, for real); on fake-gcs-server, which
+    checks no credentials, GCS's 403 answered by the proxy."""
+    from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials
+    from transforms import storage
+
+    url, proxy = proxied_store
+
+    def deny() -> None:
+        if url.startswith('s3://'):
+            minio = request.getfixturevalue('minio')
+            for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
+                monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
+            storage.configure()
+        else:
+            proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+
+    return deny

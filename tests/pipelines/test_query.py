@@ -272,19 +272,12 @@ def test_a_prefix_holding_runs_but_no_latest_is_refused_without_downloading_them
         f"--index '{root}' is not a ragsieve index: it holds no manifest.json, and no LATEST naming a run")
 
 
-def test_an_index_the_credentials_may_not_read_says_so(proxied_store, index_dir, request, monkeypatch, capsys):
-    from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials
-    from transforms import storage
+def test_an_index_the_credentials_may_not_read_says_so(proxied_store, deny_bucket, index_dir, capsys):
+    from tests.helpers import BUCKET
 
-    url, proxy = proxied_store
+    url, _ = proxied_store
     root = remote_root(url, index_dir)
-    if url.startswith('s3://'):
-        minio = request.getfixturevalue('minio')
-        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
-            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
-        storage.configure()
-    else:
-        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+    deny_bucket()
     said = one_line(['--index', root, 'q'], capsys)
     assert said.startswith(f"--index '{root}': access to bucket '{BUCKET}' is denied ("), said
 

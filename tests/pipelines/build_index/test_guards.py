@@ -211,18 +211,12 @@ def test_a_whole_bucket_input_is_read_as_a_directory_even_empty(object_store, re
         f"--input '{url}' matches no file")
 
 
-def test_an_input_the_credentials_may_not_read_says_so(proxied_store, request, tmp_path, no_model, monkeypatch,
-                                                       capsys):
-    from tests.helpers import BUCKET, GCS_FORBIDDEN, minio_credentials
+def test_an_input_the_credentials_may_not_read_says_so(proxied_store, deny_bucket, tmp_path, no_model, capsys):
+    from tests.helpers import BUCKET
     from transforms import storage
 
-    url, proxy = proxied_store
+    url, _ = proxied_store
     storage.write_bytes(f'{url}/corpus/a.txt', b'Jupiter is the largest planet of the Solar System.')
-    if url.startswith('s3://'):
-        minio = request.getfixturevalue('minio')
-        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
-            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
-    else:
-        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
+    deny_bucket()
     said = one_line_error(['--input', f'{url}/corpus', '--output', str(tmp_path / 'out')], capsys)
     assert said.startswith(f"--input '{url}/corpus': access to bucket '{BUCKET}' is denied ("), said

@@ -3,7 +3,7 @@
 import pytest
 
 from engines.objectstores import MINIO_USER
-from tests.helpers import BUCKET, GCS_FORBIDDEN, GCS_UNAUTHORIZED, fault_proxy, minio_credentials
+from tests.helpers import BUCKET, GCS_UNAUTHORIZED, fault_proxy
 from transforms import storage
 from transforms.storage import buckets
 
@@ -36,20 +36,9 @@ def test_a_missing_bucket_is_named_in_one_request(proxied_store):
     assert len(proxy.asked()) == 1
 
 
-def deny_the_bucket(url, proxy, request, monkeypatch):
-    """Credentials that may not use the test bucket: MinIO's for another bucket; GCS's 403 from the proxy."""
-    if url.startswith('s3://'):
-        minio = request.getfixturevalue('minio')
-        for key, value in minio_credentials(minio, 'ragsieve-elsewhere').items():
-            monkeypatch.setenv(key, proxy.endpoint if value == minio.endpoint else value)
-        storage.configure()
-    else:
-        proxy.refuse('*', f'/b/{BUCKET}/', 403, GCS_FORBIDDEN)
-
-
-def test_a_denied_bucket_is_named(proxied_store, request, monkeypatch):
+def test_a_denied_bucket_is_named(proxied_store, deny_bucket):
     url, proxy = proxied_store
-    deny_the_bucket(url, proxy, request, monkeypatch)
+    deny_bucket()
     with pytest.raises(ValueError) as e:
         buckets.check_bucket(f'{url}/index', '--index')
     message = str(e.value)
@@ -97,9 +86,9 @@ def test_gcs_asking_for_credentials_is_named(fake_gcs, monkeypatch, credentials)
     assert len(proxy.asked()) == 1 and '\n' not in str(e.value)
 
 
-def test_what_beam_wraps_a_stores_refusal_in_is_read_through(proxied_store, request, monkeypatch):
+def test_what_beam_wraps_a_stores_refusal_in_is_read_through(proxied_store, deny_bucket):
     url, proxy = proxied_store
-    deny_the_bucket(url, proxy, request, monkeypatch)
+    deny_bucket()
     with pytest.raises(Exception) as listing:
         storage.list_files(f'{url}/index')  # Beam: a BeamIOError holding a BeamIOError holding the store's error
     assert type(listing.value).__name__ == 'BeamIOError'
