@@ -16,7 +16,7 @@ FLAG = '--index'
 
 
 def open_index(index: str, load: Callable[[str], None]) -> str:
-    """Calls `load(directory)` on the index at `index` (a run, or a versioned root's LATEST run); returns the directory.
+    """Calls `load(directory)` on the index at `index` (a run, or a versioned root's LATEST run); returns it.
 
     A versioned root is read through its LATEST pointer, once, and `load`
     reads every file of that run: a rebuild publishing or pruning meanwhile
@@ -31,8 +31,9 @@ def open_index(index: str, load: Callable[[str], None]) -> str:
 
     Raises:
       ValueError: One line, for a URL without a bucket, a missing or denied
-        bucket, refused credentials, a prefix that holds no index, or any
-        error `load` raises (a store's error described, `buckets.store_problem`).
+        bucket, refused credentials, a prefix that holds no index, or a
+        store's error met by `load` (`buckets.store_problem`); any other
+        error of `load` is raised as itself.
     """
     if storage.is_remote(index):
         buckets.check_bucket(index, FLAG)
