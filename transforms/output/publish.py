@@ -6,6 +6,7 @@ import posixpath
 from typing import Iterable
 
 from transforms import storage
+from transforms.storage import object_writes
 from transforms.output.tables import MANIFEST_FILE
 
 # Test seam: a build whose environment names one of its checkpoints kills
@@ -120,10 +121,14 @@ def publish(staging: str, output: str) -> None:
     storage.delete_files([f.path for f in storage.list_files(output) if f.path != marker])
     last = posixpath.join(staging, MANIFEST_FILE)
     sources = [f.path for f in storage.list_files(staging) if f.path != last]
-    # The manifest last: it makes the index complete.
-    for batch in (sources, [last]):
-        storage.move_files(batch, [output.rstrip('/') + source[len(staging) :] for source in batch])
-    storage.delete_files([marker])
+    storage.move_files(sources, [output.rstrip('/') + source[len(staging) :] for source in sources])
+    # The manifest last: it makes the index complete. Written only where none is: a second writer that
+    # published meanwhile (its lease lost, a plain output shared by hand) is found, not overwritten.
+    manifest = posixpath.join(output, MANIFEST_FILE)
+    if object_writes.create_if_absent(manifest, storage.read_bytes(last)) is None:
+        raise ValueError(f'{manifest} was written by another build while this one published into {output}: '
+                         'rebuild it (a --versioned root never mixes two builds)')
+    storage.delete_files([last, marker])
     storage.delete_trees([staging])
 
 
