@@ -50,8 +50,11 @@ class SyncFailed(Exception):
 
 
 def lost_lock_line(store: stores.Store, lost: stores.LockLost) -> str:
-    """The line of a sync that lost its lock: the store's fence kept its writes out from then on."""
+    """The line of a sync that lost its lock: what the store's fence (`Store.FENCED`) kept out from then on."""
     reason = stores.first_line(lost, store.redact).removeprefix(f'{store.shown}: ')
+    if not store.FENCED:
+        return (f'{store.shown}: this sync lost its lock ({reason}) and stops; this store has no conditional write, '
+                'so a write under way then may have landed: sync again')
     return (f'{store.shown}: this sync lost its lock ({reason}); nothing was written after that, and the store is '
             'left to the sync that holds it now')
 

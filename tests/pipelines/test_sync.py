@@ -89,16 +89,28 @@ def test_a_sync_killed_anywhere_is_finished_by_the_next(durable_store_uri, synce
         assert (resumed.upserted, resumed.deleted) == (0, 0)
 
 
-def stopped(process) -> bool:
-    """Whether `process` is stopped (state T), read from /proc: it stopped itself at its checkpoint."""
-    stat = Path(f'/proc/{process.pid}/stat').read_text()
-    return stat[stat.rindex(')') + 2] == 'T'
+def sync_command(store_uri: str, run) -> list:
+    return [sys.executable, '-m', 'pipelines.cli', 'sync', '--to', store_uri, '--no_progress', '--index', str(run)]
+
+
+def paused_sync(store_uri: str, run, point: str) -> subprocess.Popen:
+    """A sync of `run` in batches of 2 that stopped itself (SIGSTOP) at `point`, once it is stopped (state T)."""
+    process = subprocess.Popen([*sync_command(store_uri, run), *BATCH], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, publish.STOP_AT_ENV: point})
+    while True:
+        stat = Path(f'/proc/{process.pid}/stat').read_text()
+        if stat[stat.rindex(')') + 2] == 'T':
+            return process
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
 
 
 def take_the_lock_of(process, store_uri: str) -> None:
-    """What loses a paused sync its lock: its lock file renamed away (LanceDB), its session ended (PostgreSQL)."""
-    if store_uri.startswith('lancedb://'):
-        lock = Path(store_uri.split('://', 1)[1]) / f'{DEFAULT_TABLE}{LOCK_SUFFIX}'
+    """What loses a paused sync its lock: its lock file renamed away (LanceDB, Milvus Lite), its session ended
+    (PostgreSQL)."""
+    target = store_uri.split('://', 1)[1]
+    if store_uri.startswith(('lancedb://', 'milvus://')):
+        lock = Path(target + LOCK_SUFFIX) if target.endswith('.db') else Path(target) / f'{DEFAULT_TABLE}{LOCK_SUFFIX}'
         lock.rename(lock.with_name('renamed-away'))
         return
     import psycopg
@@ -131,15 +143,10 @@ def test_a_sync_that_lost_its_lock_while_paused_lands_no_write(durable_store_uri
     _, r1, r2 = synced_runs
     if synced:
         assert sync_job.sync(str(r2), store_uri).upserted
-    sync = [sys.executable, '-m', 'pipelines.cli', 'sync', '--to', store_uri, '--no_progress']
-    paused = subprocess.Popen([*sync, '--index', str(r1), *BATCH], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, publish.STOP_AT_ENV: point})
+    paused = paused_sync(store_uri, r1, point)
     try:
-        while not stopped(paused):
-            assert paused.poll() is None, paused.communicate()
-            time.sleep(0.05)
         take_the_lock_of(paused, store_uri)
-        newer = subprocess.run([*sync, '--index', str(r2), '--wait', '60'], cwd=REPO, capture_output=True,
+        newer = subprocess.run([*sync_command(store_uri, r2), '--wait', '60'], cwd=REPO, capture_output=True,
                                text=True)
         assert newer.returncode == 0, newer.stderr[-2000:]
         left = store_state(store_uri)
@@ -152,6 +159,26 @@ def test_a_sync_that_lost_its_lock_while_paused_lands_no_write(durable_store_uri
     last = err.strip().splitlines()[-1]
     assert last.startswith(f'ragsieve sync: {store_uri}: this sync lost its lock (') and 'Traceback' not in err
     assert last.endswith('; nothing was written after that, and the store is left to the sync that holds it now')
+
+
+def test_a_paused_milvus_lite_sync_keeps_its_database_and_says_its_write_may_have_landed(tmp_path, synced_runs):
+    """Milvus has no conditional write: the limit, as documented. Milvus Lite's own lock keeps a second sync out."""
+    _, r1, r2 = synced_runs
+    store_uri = f'milvus://{tmp_path}/milvus.db'
+    # In a process of its own: Milvus Lite keeps a database open in the process that opened it.
+    assert subprocess.run(sync_command(store_uri, r2), cwd=REPO, capture_output=True).returncode == 0
+    paused = paused_sync(store_uri, r1, 'sync_upserting_1')
+    try:
+        take_the_lock_of(paused, store_uri)
+        newer = subprocess.run(sync_command(store_uri, r2), cwd=REPO, capture_output=True, text=True)
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    assert newer.returncode == exits.FAILED and 'opens a database in one process at a time' in newer.stderr
+    _, err = paused.communicate(timeout=120)
+    assert paused.returncode == exits.SYNC_FAILED, err[-3000:]
+    assert err.strip().splitlines()[-1].endswith('this store has no conditional write, so a write under way then '
+                                                 'may have landed: sync again')
+    assert sync_job.sync(str(r2), store_uri) and drift_of(store_uri, r2).none
 
 
 def test_build_syncs_what_it_published(tmp_path, capsys):

@@ -42,6 +42,7 @@ class LanceDBStore(Store):
 
     SCHEMES = ('lancedb',)
     OPTIONS = ('keep_versions',)
+    FENCED = True
 
     def __init__(self, uri: str):
         super().__init__(uri)

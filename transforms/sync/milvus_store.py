@@ -6,6 +6,12 @@ process at a time, so its sync lock (`PATH.db.sync-lock`, beside it) guards
 the whole database, and is taken before the database is opened. A Milvus
 server has no lock ragsieve can hold: one sync at a time is the caller's
 to ensure there.
+
+No write is fenced: Milvus has no conditional write (no collection
+version, no transaction), so a sync paused past the loss of its lock may
+still land the write it had begun. On Milvus Lite that write never lands
+over another sync's: the paused sync keeps the database open, and Milvus
+Lite's own lock (`PATH.db/LOCK`) refuses any other process meanwhile.
 """
 
 from __future__ import annotations

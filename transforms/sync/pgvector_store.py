@@ -53,6 +53,7 @@ class PgvectorStore(Store):
 
     SCHEMES = ('postgresql', 'postgres')
     OPTIONS = None  # every other option is libpq's (sslmode, connect_timeout, ...)
+    FENCED = True
 
     def __init__(self, uri: str):
         super().__init__(uri)

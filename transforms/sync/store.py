@@ -37,7 +37,7 @@ class LockHeld(StoreError):
 
 
 class LockLost(StoreError):
-    """A sync lost its lock (with its connection) and another sync took it, or wrote, meanwhile."""
+    """A sync lost its lock (its lock file replaced, its connection) or another sync wrote: it writes no more."""
 
 
 def masked(uri: str) -> str:
@@ -90,10 +90,15 @@ class Store(abc.ABC):
 
     Every write is one batch, atomic on its own (a transaction, a Lance
     commit), so a sync killed at any moment leaves whole batches behind.
-    A sync holds `lock` while it writes; `--verify` only reads.
+    A sync holds `lock` while it writes; `--verify` only reads. Where the
+    store allows it (`FENCED`), each write is a fence: conditional, where
+    it commits, on the state the sync read, so a sync paused past the loss
+    of its lock lands none of its writes (it raises `LockLost`).
     """
 
     SCHEMES: tuple[str, ...] = ()
+    # Whether every write commits only on the state the sync read (a store version, a row lock).
+    FENCED = False
     # The URI options a store understands besides `table`; None: any (its client's).
     OPTIONS: Optional[tuple[str, ...]] = ()
 
