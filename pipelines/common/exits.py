@@ -40,8 +40,9 @@ EXIT_CODES = {
             'or without an id, or its marker names another run or is not ragsieve\'s); the line counts them, '
             'with examples.',
             'Run `ragsieve sync` without --verify: it converges from any state.'),
-    SYNC_FAILED: ('`ragsieve sync`: a batch still failed after its retries (the line names the ids), or the '
-                  'sync lost its lock to another; the store\'s marker still names the run it had. '
+    SYNC_FAILED: ('`ragsieve sync`: a batch still failed after its retries (the line names the ids; the store\'s '
+                  'marker still names the run it had), or the sync lost its lock to another (LanceDB and PostgreSQL '
+                  'then take none of its writes: the store is the other sync\'s). '
                   '`build --sync`: the run is published, and its sync failed for any reason (the line says why).',
                   'Fix the store (space, permissions, the server) and run `ragsieve sync` again.'),
     REFUSED: ('`ragsieve build`: the run is complete but a publish gate refused it (docs/operations.md, '
