@@ -14,7 +14,7 @@ import hashlib
 import os
 import threading
 
-from transforms.storage import retries
+from transforms.storage.retries import retry_transient
 
 # What boto3 reads from the environment when a client is built: a change means another client.
 _ENVIRONMENT = ('AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN', 'AWS_REGION',
@@ -41,7 +41,7 @@ class SharedClients:
         with self._lock:
             if key not in self._clients:
                 client = self._boto3.session.Session().client(**settings)
-                retries.retry_transient(client)  # a store down for a few seconds does not fail the build
+                retry_transient(client)  # a store down for a few seconds does not fail the build
                 self._clients[key] = client
             return self._clients[key]
 

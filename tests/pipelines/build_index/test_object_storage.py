@@ -30,12 +30,34 @@ from transforms.storage import leases
 FLAGS = ['--chunk_size', '64', '--progress', 'none']
 
 
+@pytest.fixture
+def s3_root(minio, monkeypatch, request):
+    """A prefix of this test's own on MinIO, its settings in this process's environment (for S3-only tests)."""
+    for key, value in minio.env.items():
+        monkeypatch.setenv(key, value)
+    storage.configure()
+    return f's3://{BUCKET}/{request.node.name[:40]}-{os.getpid()}'
+
+
 def wait_leases_expired(root: str) -> None:
     """Returns once every lease under `root` (the output's, the cache's) has expired by this machine's clock."""
     for lease in [f.path for f in storage.list_files(root) if f.path.endswith(f'/{snapshots.LOCK_FILE}')]:
         expires_at = leases.read_body(storage.read_bytes(lease))['expires_at']
         while time.time() <= expires_at:
             time.sleep(0.1)
+
+
+def paused_build(root: str, run_id: str, *flags: str, stop_at: str = 'after_pipeline', server=None, proxy=None):
+    """A versioned build of `root` in its own process, stopped by SIGSTOP at `stop_at`; with `proxy`, it reaches
+    the store `server` through it."""
+    env = {**os.environ, STOP_AT_ENV: stop_at}
+    if proxy is not None:
+        env.update({k: proxy.endpoint if v == server.endpoint else v for k, v in server.env.items()})
+    build = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', '--output', root, '--versioned',
+                              '--run_id', run_id, *FLAGS, *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    wait_stopped(build)
+    return build
 
 
 def manifest_of(url: str) -> dict:
@@ -167,18 +189,15 @@ def test_a_build_paused_past_its_lease_publishes_nothing_over_the_build_that_too
     corpus, _ = sample_root
     server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
     root = f'{object_store}/index'
-    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
-    build_index.run(flags + ['--run_id', 'r1'])
+    flags = ['--input', str(corpus), '--lease_seconds', '3']
+    build_index.run(['--output', root, '--versioned', '--run_id', 'r1', *FLAGS, *flags])
     with fault_proxy(server) as proxy:  # the stale build reaches the store through it
-        env = {**os.environ, STOP_AT_ENV: 'after_manifest',
-               **{k: proxy.endpoint if v == server.endpoint else v for k, v in server.env.items()}}
-        stale = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'stale'],
-                                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Paused (SIGSTOP) with its run complete, about to commit and publish,
+        stale = paused_build(root, 'stale', *flags, stop_at='after_manifest', server=server, proxy=proxy)
         try:
-            wait_stopped(stale)  # paused (SIGSTOP) with its run complete, about to commit and publish
             proxy.drop('*', '/.lock')  # and cut off: its renewals never reach the store
             wait_leases_expired(root)  # its leases run out, as the next build judges them
-            build_index.run(flags + ['--run_id', 'newer'])
+            build_index.run(['--output', root, '--versioned', '--run_id', 'newer', *FLAGS, *flags])
             after_newer = objects_under(root)
             os.kill(stale.pid, signal.SIGCONT)
             _, stderr = stale.communicate(timeout=600)
@@ -217,25 +236,11 @@ def test_a_lost_answer_to_latest_is_found_to_be_this_builds_own(object_store, re
         assert snapshots.read_latest(root) == 'r2'
 
 
-def _paused_build(server, proxy, root, run_id, *extra):
-    """A build in its own process that reaches the store through `proxy`, stopped (SIGSTOP) after its pipeline."""
-    env = {**os.environ, STOP_AT_ENV: 'after_pipeline',
-           **{k: proxy.endpoint if v == server.endpoint else v for k, v in server.env.items()}}
-    build = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', '--output', root, '--versioned',
-                              '--run_id', run_id, *FLAGS, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    wait_stopped(build)
-    return build
-
-
-def test_a_store_down_for_a_while_mid_build_is_waited_for(minio, sample_root, monkeypatch):
+def test_a_store_down_for_a_while_mid_build_is_waited_for(minio, s3_root, sample_root):
     corpus, _ = sample_root
-    for key, value in minio.env.items():
-        monkeypatch.setenv(key, value)
-    storage.configure()
-    root = f's3://{BUCKET}/store-down-{os.getpid()}'
+    root = s3_root
     with fault_proxy(minio) as proxy:
-        build = _paused_build(minio, proxy, root, 'r1', '--input', str(corpus))
+        build = paused_build(root, 'r1', '--input', str(corpus), server=minio, proxy=proxy)
         try:
             proxy.drop('*', '')  # the store goes away: every request's connection is closed unanswered
             os.kill(build.pid, signal.SIGCONT)
@@ -251,17 +256,15 @@ def test_a_store_down_for_a_while_mid_build_is_waited_for(minio, sample_root, mo
     assert snapshots.read_latest(root) == 'r1'
 
 
-def test_a_store_that_stays_down_fails_the_build_in_one_line_within_its_bound(minio, sample_root, monkeypatch):
+def test_a_store_that_stays_down_fails_the_build_in_one_line_within_its_bound(minio, s3_root, sample_root):
     corpus, _ = sample_root
-    for key, value in minio.env.items():
-        monkeypatch.setenv(key, value)
-    storage.configure()
-    root = f's3://{BUCKET}/store-gone-{os.getpid()}'
+    root = s3_root
     flags = ['--input', str(corpus), '--output', root, '--versioned', *FLAGS]
     build_index.run(flags + ['--run_id', 'r1'])
     before = objects_under(root)
     with fault_proxy(minio) as proxy:
-        build = _paused_build(minio, proxy, root, 'r2', '--input', str(corpus), '--store_retry_seconds', '2')
+        build = paused_build(root, 'r2', '--input', str(corpus), '--store_retry_seconds', '2', server=minio,
+                             proxy=proxy)
         try:
             proxy.drop('*', '')
             os.kill(build.pid, signal.SIGCONT)
@@ -287,21 +290,15 @@ def test_a_failed_versioned_build_leaves_neither_its_run_nor_its_cache_generatio
     assert storage.list_files(object_store) == []  # no run, no cache generation, no lease
 
 
-def test_a_build_paused_mid_pipeline_whose_run_the_next_build_deleted_says_it_lost_its_lease(minio, sample_root,
-                                                                                          monkeypatch):
+def test_a_build_paused_mid_pipeline_whose_run_the_next_build_deleted_says_it_lost_its_lease(s3_root, sample_root):
     corpus, _ = sample_root
-    for key, value in minio.env.items():
-        monkeypatch.setenv(key, value)
-    storage.configure()
-    root = f's3://{BUCKET}/paused-mid-pipeline-{os.getpid()}'
-    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
-    env = {**os.environ, STOP_AT_ENV: 'chunks_written'}  # its chunk parts written, its index not yet
-    stale = subprocess.Popen([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'stale'], cwd=REPO,
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root = s3_root
+    flags = ['--input', str(corpus), '--lease_seconds', '3']
+    stale = paused_build(root, 'stale', *flags, stop_at='chunks_written')  # its chunk parts written, no index yet
     try:
-        wait_stopped(stale)
         wait_leases_expired(root)
-        build_index.run(flags + ['--run_id', 'newer'])  # takes the root over, deletes the stale run's parts
+        # Takes the root over and deletes the stale run's parts.
+        build_index.run(['--output', root, '--versioned', '--run_id', 'newer', *FLAGS, *flags])
         os.kill(stale.pid, signal.SIGCONT)
         _, stderr = stale.communicate(timeout=600)
     finally:
