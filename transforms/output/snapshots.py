@@ -83,7 +83,11 @@ def read_latest(root: str) -> Optional[str]:
     path = posixpath.join(root, LATEST_FILE)
     if not storage.exists(path):
         return None
-    return _run_id_of(path, storage.read_bytes(path, 1024))
+    try:
+        data = storage.read_bytes(path, 1024)
+    except OSError as e:
+        raise ValueError(f'{path} cannot be read ({e})') from None
+    return _run_id_of(path, data)
 
 
 def _run_id_of(path: str, data: bytes) -> str:
