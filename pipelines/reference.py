@@ -39,10 +39,12 @@ def flags_table(parser: argparse.ArgumentParser) -> str:
 
 
 def build_flags() -> str:
+    from pipelines.build_index.engine_options import EngineRunnerOptions
     from pipelines.build_index.options import BuildIndexOptions
 
     parser = argparse.ArgumentParser(add_help=False)
     BuildIndexOptions._add_argparse_args(parser)
+    EngineRunnerOptions._add_argparse_args(parser)  # the engines' job servers' own, accepted by the build
     return flags_table(parser)
 
 

@@ -4,8 +4,9 @@
 run on. `direct_runner` is the runner of a build without `--runner` or with
 `--runner DirectRunner`: Beam's FnApiRunner, built as the DirectRunner
 builds it, without the DirectRunner's first attempt on Prism.
-`with_engine_defaults` gives a build sent to a Flink or Spark cluster SDK
-workers without Docker.
+`with_engine_defaults` gives a build sent to a Flink or Spark cluster, or
+to a job server by `--job_endpoint`, SDK workers without Docker, and a
+Flink job its restarts (`engine_options`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+
+from pipelines.build_index import engine_options
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -95,6 +98,8 @@ def direct_runner(options: PipelineOptions):
 
 # Runners that send the job to an engine's cluster through a job server (short names).
 ENGINE_NAMES = ('flink', 'spark')
+# Job endpoints that are no job server of a cluster: Beam runs the job in this process.
+EMBEDDED_ENDPOINTS = ('embed',)
 # How long an engine keeps an idle SDK worker for the job's next stage (Beam's default, 0, restarts it,
 # and reloads its models, at every stage; measured on Flink: one SDK worker per TaskManager instead of 11).
 # A job the engine restarts sooner gets the cached workers back, a killed one included, and fails again:
@@ -104,33 +109,58 @@ ENVIRONMENT_CACHE_MILLIS = 30_000
 SDK_WORKER = 'ragsieve-sdk-worker'
 
 
+def engine_name(options: PipelineOptions) -> Optional[str]:
+    """'flink' or 'spark' for a build sent to that engine's cluster, 'portable' for one sent to a job server.
+
+    `--runner PortableRunner --job_endpoint HOST:PORT` names a job server
+    already running (a shared Flink or Spark job server); None for any
+    other runner, and for `--job_endpoint embed` (Beam's job service in
+    this process).
+    """
+    runner = options.view_as(StandardOptions).runner
+    name = short_name(runner) if runner is not None else None
+    if name in ENGINE_NAMES:
+        return name
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    if name == 'portable' and endpoint and endpoint not in EMBEDDED_ENDPOINTS:
+        return name
+    return None
+
+
 def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
-    """Gives a build sent to a Flink or Spark cluster SDK workers that need no Docker, kept across stages.
+    """Gives a build sent to a cluster SDK workers that need no Docker, kept across stages; a Flink job restarts.
 
     Beam's default environment for them is DOCKER, with an SDK image that has
     neither ragsieve nor its models. Without `--environment_type`, each
     TaskManager or executor starts its SDK workers as processes of this
     installation (`ragsieve-sdk-worker`, a PROCESS environment): right on
     one machine or on hosts sharing the install; pass `--environment_type
-    DOCKER --sdk_container_image ...` for others. Without
-    `--environment_cache_millis`, an idle SDK worker waits
-    `ENVIRONMENT_CACHE_MILLIS` for the next stage (where Beam's runner
-    classes load with the engine's, docs/operations.md). Mutates and returns
+    DOCKER --sdk_container_image ...` for others. The same for
+    `--runner PortableRunner --job_endpoint ...`, a job server already
+    running (`engine_name`). Without `--environment_cache_millis`, an idle
+    SDK worker waits `ENVIRONMENT_CACHE_MILLIS` for the next stage (where
+    Beam's runner classes load with the engine's, docs/operations.md). A
+    Flink job, or one sent to a job server, asks for restarts
+    (`engine_options.with_restart_defaults`). Mutates and returns
     `options`, as Beam's runners do with their own defaults.
 
     Raises:
-      ValueError: If this installation has no `ragsieve-sdk-worker`.
+      ValueError: If this installation has no `ragsieve-sdk-worker`, or
+        for restarts below -1.
     """
     runner = options.view_as(StandardOptions).runner
     portable = options.view_as(PortableOptions)
-    if runner is None or short_name(runner) not in ENGINE_NAMES:
+    engine = engine_name(options)
+    if engine is None:
         return options
     if not int(portable.environment_cache_millis or 0):
         # Keeps each worker's SDK workers, and the models they loaded, from one stage to the next.
         portable.environment_cache_millis = ENVIRONMENT_CACHE_MILLIS
+    if engine in ('flink', 'portable'):  # a shared job server is Flink's as a rule; Spark's ignores the flags
+        engine_options.with_restart_defaults(options)
     if portable.environment_type:
         return options
-    if short_name(runner) == 'flink' and options.get_all_options().get('flink_master') in ('[local]', '[auto]'):
+    if engine == 'flink' and options.get_all_options().get('flink_master') in ('[local]', '[auto]'):
         return options  # an embedded cluster: Beam runs the workers in this process (LOOPBACK)
     command = os.path.join(os.path.dirname(sys.executable), SDK_WORKER)
     if not os.access(command, os.X_OK):
@@ -178,7 +208,7 @@ def check_paths_reach_workers(options: PipelineOptions, paths: dict) -> None:
       ValueError: Naming the flag and the absolute path to pass instead.
     """
     runner = options.view_as(StandardOptions).runner
-    if runner is None or short_name(runner) not in ENGINE_NAMES + ('dataflow',):
+    if engine_name(options) is None and (runner is None or short_name(runner) != 'dataflow'):
         return
     for flag, path in paths.items():
         if path and '://' not in path and not os.path.isabs(path):

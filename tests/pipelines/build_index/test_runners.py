@@ -27,7 +27,8 @@ def engine_options(*flags):
 
 
 @pytest.mark.parametrize('flags', [('--runner', 'FlinkRunner', '--flink_master', 'localhost:8081'),
-                                   ('--runner', 'SparkRunner', '--spark_master_url', 'spark://127.0.0.1:7077')])
+                                   ('--runner', 'SparkRunner', '--spark_master_url', 'spark://127.0.0.1:7077'),
+                                   ('--runner', 'PortableRunner', '--job_endpoint', 'jobserver.internal:8099')])
 def test_a_cluster_gets_sdk_workers_of_this_installation_kept_across_stages(flags):
     import json
     import os
@@ -50,6 +51,9 @@ def test_what_the_user_chose_stays():
     assert engine_options('--runner', 'FlinkRunner', '--flink_master', '[local]').get_all_options()[
         'environment_type'] is None
     assert engine_options('--runner', 'PortableRunner').get_all_options()['environment_type'] is None
+    # Beam's job service in this process runs its workers here too.
+    assert engine_options('--runner', 'PortableRunner', '--job_endpoint', 'embed').get_all_options()[
+        'environment_type'] is None
 
 
 def test_relative_paths_are_refused_where_workers_run_elsewhere():
@@ -58,5 +62,8 @@ def test_relative_paths_are_refused_where_workers_run_elsewhere():
         with pytest.raises(ValueError, match=r'--input docs: a relative path, which the \w+ workers would resolve'):
             runners.check_paths_reach_workers(PipelineOptions(['--runner', runner]), paths)
     runners.check_paths_reach_workers(PipelineOptions(['--runner', 'FlinkRunner']), {'--input': 'gs://b/docs'})
+    with pytest.raises(ValueError, match=r'--input docs: a relative path, which the PortableRunner workers'):
+        runners.check_paths_reach_workers(PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'h:8099']),
+                                          paths)
     for flags in ([], ['--runner', 'DirectRunner'], ['--runner', 'PortableRunner']):
         runners.check_paths_reach_workers(PipelineOptions(flags), paths)
