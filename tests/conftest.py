@@ -150,7 +150,7 @@ def durable_store_uri(request, tmp_path):
 
 @pytest.fixture(scope='session')
 def flink_cluster(tmp_path_factory, request):
-    """A Flink session cluster for the session: a JobManager and two TaskManagers, 2 restarts of a failed job.
+    """A Flink session cluster for the session: a JobManager and two TaskManagers, 10 restarts of a failed job.
 
     Where MinIO is built, its daemons carry MinIO's settings in their
     environment, as a cluster's machines carry their store's, and so do the
@@ -163,7 +163,7 @@ def flink_cluster(tmp_path_factory, request):
 
     env = request.getfixturevalue('minio').env if objectstores.MINIO.binary.is_file() else {}
     directory = tmp_path_factory.mktemp('flink')
-    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(restart_attempts=2), env)) as cluster:
+    with running_engine(lambda: FlinkCluster(directory, FlinkSettings(), env)) as cluster:
         yield cluster
 
 

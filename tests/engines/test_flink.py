@@ -29,11 +29,21 @@ def test_the_configuration_binds_loopback_on_distinct_free_ports(cluster):
 
 def test_no_restarts_is_flinks_none_strategy(tmp_path):
     try:
-        config = FlinkCluster(tmp_path, FlinkSettings()).config()
+        config = FlinkCluster(tmp_path, FlinkSettings(restart_attempts=0)).config()
     except fetch.EngineMissing as e:
         engine_missing(str(e))
     assert config['restart-strategy.type'] == 'none'
     assert not any(k.startswith('restart-strategy.fixed-delay') for k in config)
+
+
+def test_a_cluster_restarts_a_job_through_the_failovers_of_a_lost_host_by_default(tmp_path):
+    """One lost TaskManager host fails a job 3 to 4 times; the SDK worker cache keeps a dead worker 30 s."""
+    try:
+        config = FlinkCluster(tmp_path, FlinkSettings()).config()
+    except fetch.EngineMissing as e:
+        engine_missing(str(e))
+    assert (config['restart-strategy.type'], config['restart-strategy.fixed-delay.attempts'],
+            config['restart-strategy.fixed-delay.delay']) == ('fixed-delay', 10, '45 s')
 
 
 def test_a_build_is_sent_with_beams_flags(cluster):
