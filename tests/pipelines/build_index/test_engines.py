@@ -42,7 +42,7 @@ def manifest(directory):
 # cluster without restarts, the run the design must survive (one line, nothing published).
 more_faults = pytest.mark.skipif(
     os.environ.get('RAGSIEVE_ENGINE_FAULTS') != '1',
-    reason='a recovered SDK worker or TaskManager, Ctrl-C of a Flink build, a Spark worker killed: 11 more minutes, run with '
+    reason='a recovered SDK worker or TaskManager, Ctrl-C of a Flink build, a Spark worker killed: 15 more minutes, run with '
            'RAGSIEVE_ENGINE_FAULTS=1')
 
 # Timed progress lines each second: the engine's PROCESS workers send their counts to the launcher.
@@ -152,6 +152,43 @@ def test_a_killed_taskmanager_replaced_by_its_supervisor_gives_the_same_bytes(fl
     assert done.returncode == 0, done.stderr[-3000:]
     assert data_files(tmp_path / 'out') == data_files(direct_root / 'runs' / 'r1')
     flink_cluster.wait_for_taskmanagers(2)
+
+
+@more_faults
+def test_a_lost_taskmanager_with_a_spare_slot_elsewhere_gives_the_same_bytes(sample_root, tmp_path):
+    """A TaskManager killed for good while embedding (no supervisor): the cluster's default restarts, a spare slot.
+
+    Three TaskManagers of one slot, a job of parallelism 2: the job fails
+    over, as many times as the lost TaskManager's results are read, and
+    finishes on the two left, publishing the DirectRunner's bytes, exit 0.
+    """
+    from engines.flink import FlinkCluster, FlinkSettings
+
+    corpus, direct_root = sample_root
+    with running_engine(lambda: FlinkCluster(tmp_path / 'flink', FlinkSettings(taskmanagers=3))) as cluster:
+        lost = []
+
+        def kill_one_that_embeds(_process) -> bool:
+            jobs = (processes.read_json(f'{cluster.rest}/jobs/overview') or {}).get('jobs', [])
+            embedding = any(v['status'] == 'RUNNING' and 'FilterChunks' in v['name']
+                            for job in jobs
+                            for v in (processes.read_json(f'{cluster.rest}/jobs/{job["jid"]}') or {}).get('vertices', []))
+            working = [i for i in range(3) if sdk_workers(cluster.daemons[f'taskmanager-{i}'])]
+            if not embedding or not working:
+                return False
+            cluster.kill_taskmanager(working[0])
+            lost.append(time.monotonic())
+            return True
+
+        started = time.monotonic()
+        done = build(corpus, tmp_path / 'out', *cluster.build_flags(), '--parallelism', '2',
+                     wait=kill_one_that_embeds)
+        log = cluster.logs['jobmanager'].read_text()
+    assert lost and done.returncode == 0, done.stderr[-3000:]
+    assert data_files(tmp_path / 'out') == data_files(direct_root / 'runs' / 'r1')
+    failovers = log.count('to RESTARTING')
+    assert 1 <= failovers <= FlinkSettings().restart_attempts, failovers
+    print(f'lost TaskManager: {failovers} failovers, {time.monotonic() - started:.0f} s in all')
 
 
 def test_a_killed_taskmanager_without_restarts_is_one_line_and_publishes_nothing(sample_root, tmp_path):
