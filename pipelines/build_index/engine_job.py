@@ -8,18 +8,26 @@ on an engine waits through `wait`: a job that shows no progress for
 `--engine_stall_timeout` seconds is cancelled and ends the build with one
 line and exit status 6 (`JOB_FAILED`), a lost job server too, and Ctrl-C
 cancels the job before the build exits 130. Progress is the workers' live
-counts (`pipelines/build_index/progress.py`); without them (workers elsewhere,
-`--progress none`) nothing bounds the job but the engine. The job is
-cancelled through its job service, and a Flink job also through Flink's REST
-API by its name (`job_name`), which still answers when the job server is gone.
+counts (`pipelines/build_index/progress.py`) once they are known to reach
+the launcher (a count arrived, or the workers run on this machine);
+until then, and beside them, Flink's own view of the job through its REST
+API (`flink_look`): a job whose tasks run, or whose vertices or record
+counts move, makes progress. Where neither can be seen (a Spark master
+elsewhere before any count arrived, `--progress none` off Flink) nothing
+bounds the job but the engine, and the view says so (`stall_note`). The job
+is cancelled through its job service, and a Flink job also through Flink's
+REST API by its name (`job_name`), which still answers when the job server
+is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -48,6 +56,11 @@ JOB_SERVICE_RUNNERS = ('flink', 'spark', 'portable')
 EMBEDDED = ('[local]', '[auto]', '[collection]', 'embed')
 # Flink's job states after which a job runs no more.
 FLINK_TERMINAL = ('FINISHED', 'FAILED', 'CANCELED', 'SUSPENDED')
+# A Flink vertex's metrics that move while its tasks exchange records.
+FLINK_METRICS = ('read-records', 'write-records', 'read-bytes', 'write-bytes')
+# A Flink vertex's states in which its tasks hold slots and work: deployed, opening (an SDK worker's start and
+# model load), running. CREATED and SCHEDULED wait for slots.
+FLINK_WORKING = ('DEPLOYING', 'INITIALIZING', 'RUNNING')
 # Beam's threads that read the job service's streams (apache_beam.runners.portability.portable_runner).
 BEAM_STREAM_THREADS = ('wait_until_finish_read',)
 
@@ -62,9 +75,11 @@ def add_flags(parser) -> None:
     """Adds `--engine_stall_timeout` to an argparse parser (or a Beam options parser)."""
     parser.add_argument('--engine_stall_timeout', type=float, default=DEFAULT_STALL_SECONDS,
                         help='Seconds a job on an engine (Flink, Spark, a job service) may go without progress '
-                             "in the workers' live counts before it is cancelled and the build ends with exit "
-                             'status 6; 0: no bound. Needs live counts (workers on this machine, --progress not '
-                             'none).')
+                             'before it is cancelled and the build ends with exit status 6; 0: no bound. Progress: '
+                             "the workers' live counts once one reached the launcher (off Flink, also while the "
+                             "workers run on this machine); on Flink, also Flink's own view of the job through "
+                             'its REST API (a task deployed, opening or running; records moving); with neither, '
+                             'no bound (the view says so).')
 
 
 def check_stall_timeout(seconds: float) -> float:
@@ -76,6 +91,35 @@ def check_stall_timeout(seconds: float) -> float:
     return seconds
 
 
+@dataclasses.dataclass(frozen=True)
+class LiveCounts:
+    """The workers' live counts as the stall bound sees them (`pipelines/build_index/progress.live_counts`).
+
+    Attributes:
+      counts: The counts now.
+      arrived: Whether any worker's counts reached the launcher yet.
+      local: Whether the workers run on this machine, as far as the flags tell.
+    """
+
+    counts: Callable[[], object]
+    arrived: Callable[[], bool]
+    local: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLook:
+    """What an engine shows of a job at one look.
+
+    Attributes:
+      running: Whether any of the job's tasks works (deployed, opening or running; not waiting for slots,
+        restarting or done).
+      progress: What moves while the job does: its state, its vertices' states and record counts.
+    """
+
+    running: bool
+    progress: object
+
+
 class Stall:
     """Whether a job's progress stood still for `timeout` seconds (0: never)."""
 
@@ -84,12 +128,44 @@ class Stall:
         self._seen: object = object()
         self._since = now
 
-    def stalled(self, progress, now: float) -> bool:
-        """Takes the progress seen at `now`; True once it has not changed for `timeout` seconds."""
-        if progress != self._seen:
+    def stalled(self, progress, now: float, working: bool = False) -> bool:
+        """Takes the progress seen at `now`; True once it has not changed for `timeout` seconds.
+
+        `working` (a task runs on the engine, or nothing can be seen) is progress whatever `progress` is.
+        """
+        if working or progress != self._seen:
             self._seen, self._since = progress, now
             return False
         return bool(self.timeout) and now - self._since >= self.timeout
+
+
+def judged(counts_reach: bool, counts, engine: Optional[EngineLook]) -> Optional[tuple[object, bool]]:
+    """`(progress, working)` the stall bound judges at one look; None: nothing to judge by.
+
+    Where the workers' counts are known to reach the launcher, they are the
+    progress, with the engine's record counts beside them (a worker whose
+    counts do not arrive moves those). Otherwise the engine's view alone,
+    where a running task is work: a count that never arrives is no stall.
+
+    Args:
+      counts_reach: Whether the workers' counts are known to reach the launcher.
+      counts: The live counts now (None without any).
+      engine: The engine's view of the job now (None where it shows none).
+    """
+    if counts_reach:
+        return (counts, engine.progress if engine else None), False
+    if engine is not None:
+        return engine.progress, engine.running
+    return None
+
+
+def counts_reach(live: Optional[LiveCounts], engine_asked: bool) -> bool:
+    """Whether the workers' counts are known to reach the launcher: one arrived; or, where no engine can be asked
+    about the job (only Flink's REST API can), the workers run on this machine (a master on the loopback tells
+    nothing of its workers: Flink's JobManager, its TaskManagers on other hosts)."""
+    if live is None:
+        return False
+    return live.arrived() or (live.local and not engine_asked)
 
 
 def engine(options: PipelineOptions) -> Optional[str]:
@@ -145,8 +221,72 @@ def with_job_name(options: PipelineOptions, token: str) -> PipelineOptions:
 
 
 def flink_rest(options: PipelineOptions) -> Optional[str]:
+    """Flink's REST API (`--flink_master`), None for an embedded Flink or another runner."""
     address = master_address(options) if engine(options) == 'flink' else None
     return f'http://{address[1]}:{address[2]}' if address else None
+
+
+def read_json(url: str, timeout: float = 5.0) -> Optional[dict]:
+    """The JSON object at `url`; None when nothing answers there or it is no JSON object."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            value = json.load(answer)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def flink_taskmanager_hosts(rest: str) -> list[str]:
+    """The hosts of the TaskManagers registered with Flink (from their RPC paths); [] when Flink does not answer."""
+    hosts = []
+    for manager in (read_json(f'{rest}/taskmanagers') or {}).get('taskmanagers', []):
+        # pekko.tcp://flink@HOST:PORT/user/rpc/taskmanager_0 (akka.tcp:// before Flink 1.18)
+        found = re.search(r'@(\[[^\]]+\]|[^:/@\[]+):\d+', str(manager.get('path', '')))
+        if found and found.group(1).strip('[]') not in hosts:
+            hosts.append(found.group(1).strip('[]'))
+    return hosts
+
+
+def flink_job_look(job: dict) -> EngineLook:
+    """What a job's details on Flink's REST API (`/jobs/JID`) say of its progress."""
+    vertices = [v for v in job.get('vertices', []) if isinstance(v, dict)]
+    running = job.get('state') == 'RUNNING' and any(v.get('status') in FLINK_WORKING for v in vertices)
+    moved = tuple((v.get('id'), v.get('status'), tuple((v.get('metrics') or {}).get(k) for k in FLINK_METRICS))
+                  for v in vertices)
+    return EngineLook(running, (job.get('state'), moved))
+
+
+def flink_look(rest: str, name: str) -> Optional[EngineLook]:
+    """Flink's view of the latest job named `name`; None when Flink does not answer or runs no such job yet."""
+    jobs = [j for j in (read_json(f'{rest}/jobs/overview') or {}).get('jobs', []) if j.get('name') == name]
+    if not jobs:
+        return None
+    latest = max(jobs, key=lambda j: j.get('start-time') or 0)
+    job = read_json(f'{rest}/jobs/{latest.get("jid")}')
+    return flink_job_look(job) if job else None
+
+
+def engine_look(options: PipelineOptions) -> Optional[Callable[[], Optional[EngineLook]]]:
+    """How to look at the build's job on its engine: Flink's REST API, by the job's name; None elsewhere."""
+    rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
+    if not (rest and name):
+        return None
+    return lambda: flink_look(rest, name)
+
+
+def stall_note(options: PipelineOptions, local_counts: bool) -> Optional[str]:
+    """The view's line where the stall bound cannot see the job until a worker's counts arrive; None elsewhere.
+
+    Args:
+      options: The build's pipeline options.
+      local_counts: Whether live counts come from workers on this machine.
+    """
+    kind = engine(options)
+    timeout = options.get_all_options().get('engine_stall_timeout', DEFAULT_STALL_SECONDS)
+    if kind is None or not timeout or local_counts or flink_rest(options):
+        return None
+    return (f'--engine_stall_timeout bounds the job only once a worker\'s counts reach this launcher: {kind} shows '
+            'no job progress here')
 
 
 def cancel_on_flink(rest: str, name: str, timeout: float = 5.0) -> list[str]:
@@ -233,16 +373,21 @@ class _DropJobErrors(logging.Filter):
                     and record.pathname.endswith('portable_runner.py'))
 
 
-def wait(result, options: PipelineOptions, progress: Optional[Callable[[], object]], timeout: float,
-         clock: Callable[[], float] = time.monotonic, poll: float = POLL_SECONDS) -> None:
+def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: float,
+         clock: Callable[[], float] = time.monotonic, poll: float = POLL_SECONDS,
+         look: Optional[Callable[[], Optional[EngineLook]]] = None) -> None:
     """Waits for the job of `result` to finish; on a job service, bounds it and cancels what it leaves.
 
     Args:
       result: The `PipelineResult` of `pipeline.run()`.
       options: The build's pipeline options.
-      progress: Returns the job's progress now (the live counts), or None
-        when there is none to see: then only the engine bounds the job.
+      live: The workers' live counts, or None without any.
       timeout: `--engine_stall_timeout` (0: no bound).
+      clock: Seconds, monotonic.
+      poll: Seconds between two looks at the job.
+      look: The engine's view of the job now (None while it shows none);
+        default: `engine_look`. While neither it nor counts known to reach
+        the launcher show anything, only the engine bounds the job (`judged`).
 
     Raises:
       JobEnded: When the job made no progress for `timeout` seconds, or the
@@ -253,6 +398,7 @@ def wait(result, options: PipelineOptions, progress: Optional[Callable[[], objec
     if kind is None:
         result.wait_until_finish()
         return
+    look = look or engine_look(options)
     ended: dict = {}
 
     def waiter():
@@ -261,14 +407,20 @@ def wait(result, options: PipelineOptions, progress: Optional[Callable[[], objec
         except BaseException as e:  # handed to the launcher's thread
             ended['error'] = e
 
-    stall = Stall(timeout if progress is not None else 0, clock())
+    def stalled() -> bool:
+        engine_now = look() if look is not None else None
+        seen = judged(counts_reach(live, look is not None), live.counts() if live else None, engine_now)
+        progress, working = seen or (None, True)  # nothing to judge by: the engine alone bounds the job
+        return stall.stalled(progress, clock(), working=working)
+
+    stall = Stall(timeout, clock())
     with quiet_job_messages():
         thread = threading.Thread(target=waiter, name='ragsieve-engine-wait', daemon=True)
         thread.start()
         try:
             while thread.is_alive():
                 thread.join(poll)
-                if thread.is_alive() and progress is not None and stall.stalled(progress(), clock()):
+                if thread.is_alive() and timeout and stalled():
                     how = cancel(result, options)
                     raise JobEnded(f'error: the job made no progress on {kind} for {timeout:g} s '
                                    f'(--engine_stall_timeout): {how}; nothing was published')

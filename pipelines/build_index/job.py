@@ -233,9 +233,8 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
     engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
-    # What bounds a job on an engine: the workers' live counts, where they reach the view.
-    live = view.counts if view.enabled and build_progress.workers_reach_launcher(options) else None
-    with build_progress.live_counts(options, view, build_progress.build_meters(config, files)):
+    # What bounds a job on an engine: the workers' live counts where they reach the view, the engine's own view.
+    with build_progress.live_counts(options, view, build_progress.build_meters(config, files)) as live:
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
         try:

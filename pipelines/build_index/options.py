@@ -15,6 +15,7 @@ from typing import Optional
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.build_index import engine_job
+from pipelines.build_index import progress as build_progress
 from pipelines.build_index.runners import default_kernels
 from pipelines.common import progress
 from transforms.chunking.chunkers import CHUNKERS, MAX_CHUNK_SIZE, ChunkerConfig
@@ -204,6 +205,7 @@ class BuildIndexOptions(PipelineOptions):
                                  '(lancedb://PATH, postgresql://...; see `ragsieve sync`).')
         progress.add_flags(parser)
         engine_job.add_flags(parser)
+        build_progress.add_flags(parser)
         add_gate_args(parser)
 
 

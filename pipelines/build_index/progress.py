@@ -4,28 +4,32 @@ The stages count through `transforms.progress`, which sends each worker
 process's cumulative counts to the address in its environment; `Listener`
 binds that address on the launcher and sums the latest counts of each
 process. In-process and multi_processing workers inherit the launcher's
-environment (`reporting`); an engine's PROCESS workers on this machine get
-the address in their environment config (`runners.with_worker_env`).
-Workers elsewhere (a remote cluster, DOCKER, Dataflow) cannot reach the
-launcher: the view then names the engine's own UI (`engine_notes`).
+environment (`reporting`); an engine's PROCESS workers get the address in
+their environment config (`runners.with_worker_env`). The address is where
+the workers run (`progress_address`): `--progress_address`, or this
+machine's address on its route to the engine's workers (Flink's
+TaskManagers, else the master). DOCKER and Dataflow workers get no address:
+the view then names the engine's own UI (`engine_notes`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hmac
+import ipaddress
 import json
 import os
 import secrets
 import socket
 import threading
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.build_index import runners
+from pipelines.build_index import engine_job, runners
 from pipelines.common.progress import View
 from pipelines.common.progress_meters import Meter
 from transforms import progress as counts
@@ -45,19 +49,39 @@ MAX_SENDERS = 4096
 
 
 class Listener:
-    """A UDP socket on the loopback that keeps, per sending process, its latest counts; a context manager.
+    """A UDP socket that keeps, per sending process, its latest counts; a context manager.
 
     Only datagrams that carry this job's `token` count (`parse_message`):
-    any other process on the machine can send to the port, and what it
+    any other process that reaches the port can send to it, and what it
     sends is ignored, never shown and never able to fail the build.
+
+    Args:
+      host: The address the workers send to: one of this machine's, bound
+        as it is; any other (a NAT's, a container's published port) is
+        bound on every interface, at the same port.
+      port: The port; 0: any free one.
+      token: The job's secret; default: a new random one.
+
+    Raises:
+      OSError: When neither can be bound.
     """
 
-    def __init__(self, host: str = '127.0.0.1', token: Optional[str] = None):
+    def __init__(self, host: str = '127.0.0.1', port: int = 0, token: Optional[str] = None):
         # A random secret, not an id: it keeps other processes' datagrams out, and nothing depends on its value.
         self.token = token or secrets.token_hex(16)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._socket.bind((host, 0))
+        try:
+            try:
+                self._socket.bind((host, port))
+            except OSError as e:
+                if e.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, socket.EAI_NONAME):
+                    raise
+                self._socket.bind(('0.0.0.0', port))  # not this machine's: forwarded to it
+        except BaseException:
+            self._socket.close()
+            raise
         self._socket.settimeout(0.2)
+        self.bound = '{}:{}'.format(*self._socket.getsockname())
         self.address = f'{host}:{self._socket.getsockname()[1]}'
         self._latest: dict[str, tuple[int, dict]] = {}
         self._lock = threading.Lock()
@@ -166,31 +190,129 @@ def reporting(address: str, token: str = '') -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def live_counts(options: PipelineOptions, view: View, meters: Sequence[Meter]) -> Iterator[None]:
-    """Shows `meters` while the block runs the job, over the workers' counts where they reach the launcher.
+def live_counts(options: PipelineOptions, view: View,
+                meters: Sequence[Meter]) -> Iterator[Optional[engine_job.LiveCounts]]:
+    """Shows `meters` while the block runs the job, over the workers' counts where they can be sent.
 
     Says first where the engine shows the job (`engine_notes`). Where the
-    workers reach the launcher (`workers_reach_launcher`), a `Listener`
-    gathers their counts: its address is in this process's environment and
-    in that of the engine's PROCESS workers for the block.
+    workers can be given an address (`workers_get_address`), a `Listener`
+    at `progress_address` gathers their counts: its address is in this
+    process's environment and in that of the engine's PROCESS workers for
+    the block. Yields the counts as the stall bound sees them
+    (`engine_job.wait`), or None without a listener.
     """
-    reached = workers_reach_launcher(options)
-    for note in engine_notes(options, reached):
+    given = workers_get_address(options)
+    for note in engine_notes(options, given):
         view.note(note)
     listener = None
-    if view.enabled and reached:
+    if view.enabled and given:
+        host, port = progress_address(options)
         try:
-            listener = Listener()
-        except OSError as e:  # no loopback to bind: the counts come when the job ends, the build goes on
-            view.note(f'no live counts: cannot listen on 127.0.0.1 ({e})')
+            listener = Listener(host, port)
+        except OSError as e:  # nothing to bind: the counts come when the job ends, the build goes on
+            view.note(f'no live counts: cannot listen on {host}:{port} ({e.strerror or e})')
     if listener is None:
         view.show(meters)
-        yield
+        yield None
         return
+    if engine_job.engine(options):
+        view.note(f'live counts: the workers send them to {listener.address} (--progress_address)'
+                  + (f', heard on {listener.bound}' if listener.bound.split(':')[0] != host else ''))
     with listener, reporting(listener.address, listener.token):
         runners.with_worker_env(options, {counts.ENV: listener.address, counts.TOKEN_ENV: listener.token})
         view.show(meters, [listener.counts])
-        yield
+        yield engine_job.LiveCounts(view.counts, lambda: listener.senders > 0, workers_on_this_machine(options))
+
+
+def add_flags(parser) -> None:
+    """Adds `--progress_address` to an argparse parser (or a Beam options parser)."""
+    parser.add_argument('--progress_address', type=address, default=None,
+                        help="HOST[:PORT] the engine's workers send their live counts to (UDP), which the "
+                             'launcher listens on (on every interface at PORT when HOST is not its own: a NAT, '
+                             "a container's published port); default: this machine's address on its route to "
+                             "the workers (Flink's TaskManagers, else the master), any free port.")
+
+
+def address(value: str) -> str:
+    """`--progress_address`'s type: `value` if it is a `HOST[:PORT]` (`parse_progress_address`).
+
+    Raises:
+      ValueError: For anything else.
+    """
+    parse_progress_address(value)
+    return value
+
+
+def parse_progress_address(value: str) -> tuple[str, int]:
+    """`HOST[:PORT]` -> `(host, port)`; port 0 (any free one) when none is given.
+
+    Raises:
+      ValueError: Naming `--progress_address`, for anything else.
+    """
+    host, colon, port = value.rpartition(':')
+    if not colon:
+        host, port = value, '0'
+    if not host or ':' in host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f'--progress_address {value!r}: expected HOST or HOST:PORT (an IPv4 address or a name, '
+                         'a port below 65536)')
+    return host, int(port)
+
+
+def route_address(host: str) -> str:
+    """This machine's address on its route to `host`: the source of a UDP socket connected there (nothing is sent).
+
+    Raises:
+      OSError: For a host that does not resolve, or that no route leads to.
+    """
+    family, kind, proto, _, target = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.connect(target)
+        return probe.getsockname()[0]
+
+
+def choose_address(hosts: Sequence[str], route: Optional[Callable[[str], str]] = None) -> str:
+    """The address workers on `hosts` send their counts to: this machine's on its route to them.
+
+    The first address that is not a loopback one, where a host is another
+    machine (a worker on this machine reaches it too); 127.0.0.1 only when
+    every host is this machine, or none resolves or has a route.
+
+    Args:
+      hosts: Where the workers run (names or addresses).
+      route: This machine's address towards a host; default: `route_address`.
+    """
+    for host in hosts:
+        try:
+            address = (route or route_address)(host)
+        except OSError:
+            continue
+        if not ipaddress.ip_address(address).is_loopback:
+            return address
+    return '127.0.0.1'
+
+
+def progress_address(options: PipelineOptions) -> tuple[str, int]:
+    """`(host, port)` the workers send their counts to: `--progress_address`, else where they run.
+
+    The workers of the DirectRunner, LOOPBACK ones and those of an embedded
+    engine run in this process or beside it: the loopback. An engine's are
+    on its TaskManagers (Flink, asked through its REST API) or, where the
+    engine does not say, on the master's side: this machine's address on its
+    route there (`choose_address`), whatever the master is called
+    (`--flink_master localhost:8081` on the JobManager's host included).
+
+    Raises:
+      ValueError: For a `--progress_address` that is no `HOST[:PORT]`.
+    """
+    given = options.get_all_options().get('progress_address')
+    if given:
+        return parse_progress_address(given)
+    host = engine_host(options)
+    if not engine_job.engine(options) or host == '[local]' or environment_type(options) == 'LOOPBACK':
+        return '127.0.0.1', 0
+    rest = engine_job.flink_rest(options)
+    hosts = (engine_job.flink_taskmanager_hosts(rest) if rest else []) or ([host] if host else [])
+    return choose_address(hosts), 0
 
 
 def build_meters(config, files: int) -> list[Meter]:
@@ -233,21 +355,36 @@ def build_meters(config, files: int) -> list[Meter]:
     return meters
 
 
-def workers_reach_launcher(options: PipelineOptions) -> bool:
-    """Whether the runner's workers can send counts to a listener on this machine's loopback.
+def environment_type(options: PipelineOptions) -> str:
+    """The SDK workers' environment, upper case: LOOPBACK for an embedded engine without one; '' for none."""
+    environment = options.get_all_options().get('environment_type')
+    return (environment or ('LOOPBACK' if engine_host(options) == '[local]' else '')).upper()
+
+
+def workers_get_address(options: PipelineOptions) -> bool:
+    """Whether the runner's workers can be given the address to send counts to.
 
     True for the DirectRunner (in process or multi_processing), for SDK
     workers that run in this process (LOOPBACK, the default of an embedded
-    Flink), and for PROCESS workers of an engine on this machine.
+    Flink), and for an engine's PROCESS workers (`runners.with_worker_env`);
+    not for DOCKER or EXTERNAL ones, nor Dataflow's.
     """
     runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
     if runner in runners.DIRECT_NAMES:
         return True
     if runner == 'dataflow':
         return False
-    host = engine_host(options)
-    environment = options.get_all_options().get('environment_type') or ('LOOPBACK' if host == '[local]' else '')
-    return environment.upper() == 'LOOPBACK' or (environment.upper() == 'PROCESS' and host in LOCAL_HOSTS)
+    return environment_type(options) in ('LOOPBACK', 'PROCESS')
+
+
+def workers_on_this_machine(options: PipelineOptions) -> bool:
+    """Whether the workers run on this machine, as far as the flags tell: the DirectRunner, LOOPBACK, an engine
+    on the loopback (whose workers may still be elsewhere: a JobManager's host; `engine_job.wait` asks Flink)."""
+    runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
+    if runner in runners.DIRECT_NAMES:
+        return True
+    environment = environment_type(options)
+    return environment == 'LOOPBACK' or (environment == 'PROCESS' and engine_host(options) in LOCAL_HOSTS)
 
 
 def engine_host(options: PipelineOptions) -> Optional[str]:
@@ -261,8 +398,8 @@ def engine_host(options: PipelineOptions) -> Optional[str]:
     return urlsplit(master if '://' in master else f'//{master}').hostname
 
 
-def engine_notes(options: PipelineOptions, reached: bool) -> list[str]:
-    """What the view says before the job runs: the engine's web UI, and whether live counts come."""
+def engine_notes(options: PipelineOptions, given: bool) -> list[str]:
+    """What the view says before the job runs: the engine's web UI, whether live counts come, what bounds a stall."""
     values = options.get_all_options()
     runner = runners.short_name(options.view_as(StandardOptions).runner or 'direct')
     notes = []
@@ -275,8 +412,11 @@ def engine_notes(options: PipelineOptions, reached: bool) -> list[str]:
                      'lists the job and its stages')
     elif runner == 'portable':
         notes.append(f'job service {values.get("job_endpoint")}')
-    if not reached:
+    if not given:
         notes.append(f'the {runner} workers cannot reach this launcher: no live counts until the job ends')
+    bound = engine_job.stall_note(options, given and workers_on_this_machine(options))
+    if bound:
+        notes.append(bound)
     return notes
 
 

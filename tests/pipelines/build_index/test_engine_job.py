@@ -77,6 +77,16 @@ def flink(*flags):
     return PipelineOptions(['--runner', 'FlinkRunner', '--flink_master', 'localhost:1', *flags])
 
 
+def local_counts(counts):
+    """Live counts of workers on this machine (the one-host engines'), as `progress.live_counts` gives them."""
+    return engine_job.LiveCounts(counts, arrived=lambda: False, local=True)
+
+
+def unseen(counts):
+    """Live counts sent to an address no count arrives at (workers on other hosts, a wrong --progress_address)."""
+    return engine_job.LiveCounts(counts, arrived=lambda: False, local=False)
+
+
 def test_a_stall_is_progress_unchanged_for_the_timeout():
     stall = engine_job.Stall(10, now=0)
     assert not stall.stalled({'a': 1}, 0) and not stall.stalled({'a': 1}, 9.9)
@@ -96,7 +106,8 @@ def test_a_job_without_progress_is_cancelled_and_ends_in_one_line():
     result = FakeResult()  # runs until cancelled
     with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 60 s '
                                                   r'\(--engine_stall_timeout\): cancelled through the job service'):
-        engine_job.wait(result, flink(), lambda: {'read.files': 2}, 60, clock=seconds_apart(10), poll=0.01)
+        engine_job.wait(result, flink(), local_counts(lambda: {'read.files': 2}), 60, clock=seconds_apart(10),
+                        poll=0.01)
     assert result.cancelled.is_set()
     assert engine_job.JobEnded.exit_code == exits.JOB_FAILED
 
@@ -111,14 +122,101 @@ def test_a_job_whose_counts_move_is_never_stalled():
             result.end()
         return seen
 
-    engine_job.wait(result, flink(), progress, 5, clock=seconds_apart(10), poll=0.01)
+    engine_job.wait(result, flink(), local_counts(progress), 5, clock=seconds_apart(10), poll=0.01)
     assert not result.cancelled.is_set()
 
 
-def test_without_live_counts_nothing_but_the_engine_bounds_the_job():
+def test_without_live_counts_nor_a_view_of_the_engine_nothing_but_the_engine_bounds_the_job():
     result = FakeResult(after=0.5)
-    engine_job.wait(result, flink(), None, 0.1, poll=0.05)
+    engine_job.wait(result, flink(), None, 0.1, poll=0.05, look=lambda: None)
     assert not result.cancelled.is_set()
+
+
+def test_a_job_whose_counts_never_arrive_is_not_cancelled_while_the_engine_shows_it_working():
+    """Workers on other hosts, sending to an address they cannot reach: Flink's tasks run, the job goes on."""
+    result = FakeResult()
+    looks = itertools.count()
+
+    def look():  # the same view at every look, a task running, for 20 looks 10 s apart (a 5 s bound)
+        if next(looks) == 20:
+            result.end()
+        return engine_job.EngineLook(running=True, progress=('RUNNING', ()))
+
+    engine_job.wait(result, flink(), unseen(lambda: {}), 5, clock=seconds_apart(10), poll=0.01, look=look)
+    assert not result.cancelled.is_set()
+
+
+def test_a_job_that_waits_on_the_engine_is_cancelled_though_no_count_arrives():
+    """No task runs (no slot for it) and nothing moves: the engine's view is the progress, and it stood still."""
+    result = FakeResult()
+    waiting = engine_job.EngineLook(running=False, progress=('RUNNING', (('v1', 'SCHEDULED', (0, 0, 0, 0)),)))
+    with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 60 s'):
+        engine_job.wait(result, flink(), unseen(lambda: {}), 60, clock=seconds_apart(10), poll=0.01,
+                        look=lambda: waiting)
+    assert result.cancelled.is_set()
+
+
+def test_the_stall_bound_judges_counts_that_reach_the_launcher_else_the_engine():
+    working = engine_job.EngineLook(running=True, progress='p')
+    # Counts known to reach: they are the progress, the engine's moves beside them; a running task is no excuse.
+    assert engine_job.judged(True, {'a': 1}, working) == (({'a': 1}, 'p'), False)
+    assert engine_job.judged(True, {'a': 1}, None) == (({'a': 1}, None), False)
+    # Not known to reach: the engine alone; nothing at all: nothing to judge by.
+    assert engine_job.judged(False, {}, working) == ('p', True)
+    assert engine_job.judged(False, {}, None) is None
+    # Known to reach: a count arrived, or workers on this machine where no engine can be asked (Flink can).
+    here, there = local_counts(dict), unseen(dict)
+    assert engine_job.counts_reach(here, engine_asked=False) and not engine_job.counts_reach(here, engine_asked=True)
+    assert not engine_job.counts_reach(there, engine_asked=False) and not engine_job.counts_reach(None, False)
+    arrived = engine_job.LiveCounts(dict, arrived=lambda: True, local=False)
+    assert engine_job.counts_reach(arrived, engine_asked=True)
+
+
+def test_a_flink_job_not_submitted_yet_is_not_judged_by_counts_that_never_came():
+    """Flink shows no job while the job server prepares it: counts that cannot arrive do not stall it meanwhile."""
+    result = FakeResult()
+    looks = itertools.count()
+
+    def look():
+        if next(looks) == 20:
+            result.end()
+        return None
+
+    engine_job.wait(result, flink(), local_counts(lambda: {}), 5, clock=seconds_apart(10), poll=0.01, look=look)
+    assert not result.cancelled.is_set()
+
+
+def test_a_working_engine_restarts_the_stall_clock():
+    stall = engine_job.Stall(10, now=0)
+    assert not stall.stalled('p', 0) and not stall.stalled('p', 9, working=True)
+    assert not stall.stalled('p', 18) and stall.stalled('p', 19)
+
+
+def test_flinks_view_of_a_job_running_waiting_or_moving():
+    def job(state, *vertices):
+        return {'state': state, 'vertices': [{'id': f'v{i}', 'status': status, 'metrics': {'read-records': n}}
+                                             for i, (status, n) in enumerate(vertices)]}
+
+    running = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('RUNNING', 0)))
+    assert running.running
+    # An SDK worker starting, its models loading: the task holds its slot and works.
+    assert engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('INITIALIZING', 0))).running
+    waiting = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('SCHEDULED', 0)))
+    assert not waiting.running and waiting.progress != running.progress
+    assert not engine_job.flink_job_look(job('RESTARTING', ('RUNNING', 0))).running
+    moved = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('SCHEDULED', 3)))
+    assert moved.progress != waiting.progress
+    assert engine_job.flink_job_look({}) == engine_job.EngineLook(False, (None, ()))
+
+
+def test_the_stall_bound_says_when_it_cannot_see_the_job():
+    import pipelines.build_index.options  # noqa: F401 - the build's flags, --engine_stall_timeout among them
+
+    spark = ['--runner', 'SparkRunner', '--spark_master_url', 'spark://10.0.0.5:7077']
+    assert 'bounds the job only once' in engine_job.stall_note(PipelineOptions(spark), local_counts=False)
+    assert engine_job.stall_note(PipelineOptions(spark), local_counts=True) is None
+    assert engine_job.stall_note(PipelineOptions(spark + ['--engine_stall_timeout', '0']), False) is None
+    assert engine_job.stall_note(flink(), local_counts=False) is None  # Flink's REST API shows the job
 
 
 def test_a_lost_job_service_cancels_the_job_and_is_one_line():
@@ -147,13 +245,13 @@ def test_ctrl_c_cancels_the_job_then_interrupts():
         return 0
 
     with ctrl_c_raises(), pytest.raises(KeyboardInterrupt):
-        engine_job.wait(result, flink(), progress, 900, clock=lambda: 0.0, poll=0.01)
+        engine_job.wait(result, flink(), local_counts(progress), 900, clock=lambda: 0.0, poll=0.01)
     assert result.cancelled.is_set()
 
 
 def test_the_direct_runner_is_waited_for_as_beam_does():
     result = FakeResult(after=0)
-    engine_job.wait(result, PipelineOptions([]), lambda: 0, 0.01, poll=0.01)
+    engine_job.wait(result, PipelineOptions([]), local_counts(lambda: 0), 0.01, poll=0.01)
     assert not result.cancelled.is_set()
 
 

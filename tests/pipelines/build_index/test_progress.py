@@ -93,3 +93,91 @@ def test_a_listener_that_cannot_bind_leaves_the_build_without_live_counts(monkey
         with build_progress.live_counts(PipelineOptions([]), view, [Meter('read', 'read.files', 'files')]):
             view.add('read.files', 2)
         assert view.counts() == {'read.files': 2}
+
+
+def flink_on(master, *flags):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    import pipelines.build_index.options  # noqa: F401 - the build's flags, --progress_address among them
+
+    return PipelineOptions(['--runner', 'FlinkRunner', '--flink_master', master, '--environment_type', 'PROCESS',
+                            *flags])
+
+
+def test_the_address_is_this_machines_on_its_route_to_the_workers_not_the_masters_name():
+    routes = {'127.0.0.1': '127.0.0.1', 'localhost': '127.0.0.1', 'tm-1': '10.0.0.2', 'tm-2': '10.0.0.2'}
+
+    def route(host):
+        if host not in routes:
+            raise OSError(f'no route to {host}')
+        return routes[host]
+
+    # A TaskManager on this machine and one elsewhere: the address both reach.
+    assert build_progress.choose_address(['127.0.0.1', 'tm-1'], route) == '10.0.0.2'
+    assert build_progress.choose_address(['nowhere', 'tm-2'], route) == '10.0.0.2'
+    # Every worker on this machine, or none routed to: the loopback.
+    assert build_progress.choose_address(['localhost', '127.0.0.1'], route) == '127.0.0.1'
+    assert build_progress.choose_address(['nowhere'], route) == '127.0.0.1'
+    assert build_progress.choose_address([], route) == '127.0.0.1'
+
+
+def test_the_route_to_the_loopback_is_the_loopback():
+    assert build_progress.route_address('localhost') == '127.0.0.1'
+    assert build_progress.route_address('127.0.0.1') == '127.0.0.1'
+    with pytest.raises(OSError):
+        build_progress.route_address('no-such-host.invalid')
+
+
+def test_flinks_taskmanagers_decide_the_address_on_the_jobmanagers_host(monkeypatch):
+    """The issue's case: the launcher on the JobManager's host, --flink_master localhost:8081, TaskManagers elsewhere."""
+    from pipelines.build_index import engine_job
+
+    answers = {'http://localhost:8081/taskmanagers': {'taskmanagers': [
+        {'id': 'tm-1', 'path': 'pekko.tcp://flink@10.0.0.3:6122/user/rpc/taskmanager_0'},
+        {'id': 'tm-2', 'path': 'akka.tcp://flink@tm-2.cluster:6122/user/rpc/taskmanager_0'},
+        {'id': 'tm-3', 'path': 'pekko.tcp://flink@[fd00::4]:6122/user/rpc/taskmanager_0'}]}}
+    monkeypatch.setattr(engine_job, 'read_json', lambda url, timeout=5.0: answers.get(url))
+    assert engine_job.flink_taskmanager_hosts('http://localhost:8081') == ['10.0.0.3', 'tm-2.cluster', 'fd00::4']
+    asked = []
+    monkeypatch.setattr(build_progress, 'route_address', lambda host: asked.append(host) or '10.0.0.1')
+    assert build_progress.progress_address(flink_on('localhost:8081')) == ('10.0.0.1', 0)
+    assert asked == ['10.0.0.3']
+    # Flink does not answer: the route to the master.
+    assert build_progress.progress_address(flink_on('jm.cluster:8082')) == ('10.0.0.1', 0)
+    assert asked[-1] == 'jm.cluster'
+    # Given: as given, whatever the cluster.
+    assert build_progress.progress_address(flink_on('localhost:8081', '--progress_address', 'gw:7000')) == ('gw', 7000)
+
+
+def test_workers_in_or_beside_this_process_send_to_the_loopback(monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    monkeypatch.setattr(build_progress, 'route_address', lambda host: pytest.fail('routed'))
+    for flags in ([], ['--runner', 'FlinkRunner', '--flink_master', '[local]'],
+                  ['--runner', 'FlinkRunner', '--flink_master', 'jm:8081', '--environment_type', 'LOOPBACK']):
+        assert build_progress.progress_address(PipelineOptions(flags)) == ('127.0.0.1', 0)
+
+
+@pytest.mark.parametrize('value, expected', [('10.0.0.1', ('10.0.0.1', 0)), ('gw.example:7000', ('gw.example', 7000)),
+                                             ('h:0', ('h', 0))])
+def test_a_progress_address_is_host_and_maybe_port(value, expected):
+    assert build_progress.parse_progress_address(value) == expected
+
+
+@pytest.mark.parametrize('value', ['', ':7000', 'h:', 'h:x', 'h:65536', 'fd00::1', 'h:-1'])
+def test_anything_else_is_refused_naming_the_flag(value):
+    with pytest.raises(ValueError, match=r'^--progress_address .*: expected HOST or HOST:PORT'):
+        build_progress.parse_progress_address(value)
+
+
+def test_an_address_not_this_machines_is_heard_on_every_interface_at_its_port():
+    """A NAT's or a container's published port: the workers send to it, the launcher listens at that port."""
+    with build_progress.Listener('203.0.113.7') as listener:
+        port = listener.address.rsplit(':', 1)[1]
+        assert listener.address == f'203.0.113.7:{port}' and listener.bound == f'0.0.0.0:{port}'
+        with build_progress.reporting(f'127.0.0.1:{port}', listener.token):
+            counts.count(counts.EMBEDDED, 4)
+            counts.flush()
+        assert wait_for(lambda: listener.counts().get(counts.EMBEDDED) == 4)
+    with build_progress.Listener() as listener:
+        assert listener.address == listener.bound and listener.address.startswith('127.0.0.1:')
