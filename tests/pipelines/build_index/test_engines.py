@@ -76,6 +76,24 @@ def test_flink_builds_the_direct_runners_bytes_and_so_does_its_cached_rebuild(fl
     assert '--parallelism' in flink_cluster.build_flags() and flink_cluster.settings.parallelism == 2
 
 
+def test_a_healthy_flink_job_whose_counts_never_arrive_outlives_a_short_stall_bound(flink_cluster, sample_root,
+                                                                                   tmp_path):
+    """Workers whose counts go where no one hears them (the issue's: TaskManagers on other hosts sent the launcher's
+    loopback) run a job far longer than --engine_stall_timeout without a count; Flink shows it working, it ends."""
+    corpus, direct_root = sample_root
+    bound = 5
+    started = time.monotonic()
+    # 203.0.113.0/24 is for documentation (RFC 5737): no machine answers there, so no count arrives.
+    done = build(corpus, tmp_path / 'out', '--progress_address', '203.0.113.7', '--engine_stall_timeout', str(bound),
+                 *PROGRESS, *flink_cluster.build_flags())
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert data_files(tmp_path / 'out') == data_files(direct_root / 'runs' / 'r1')
+    assert 'live counts: the workers send them to 203.0.113.7:' in done.stderr
+    assert max(live_chunk_counts(done.stderr), default=0) == 0, done.stderr[-3000:]  # none arrived
+    assert took > 4 * bound, took
+
+
 def test_flink_reads_and_writes_s3_and_builds_the_direct_runners_bytes(flink_cluster, minio, sample_root, tmp_path,
                                                                         monkeypatch):
     from tests.helpers import BUCKET, download, same_build, upload
