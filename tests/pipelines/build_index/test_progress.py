@@ -129,7 +129,7 @@ def test_the_route_to_the_loopback_is_the_loopback():
 
 
 def test_flinks_taskmanagers_decide_the_address_on_the_jobmanagers_host(monkeypatch):
-    """The issue's case: the launcher on the JobManager's host, --flink_master localhost:8081, TaskManagers elsewhere."""
+    """The issue's case: the launcher on the JobManager's host, --flink_master localhost:8081, TaskManagers away."""
     from pipelines.build_index import engine_job
 
     answers = {'http://localhost:8081/taskmanagers': {'taskmanagers': [
