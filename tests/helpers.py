@@ -1138,3 +1138,43 @@ def objects_under(url: str) -> dict:
     from transforms import storage
 
     return {f.path: storage.read_bytes(f.path) for f in storage.list_files(url)}
+
+
+# --- small indexes of records, and a build racing a reader ---------------------------------------------------
+
+# Two one-chunk documents on unrelated topics.
+TWO_RECORDS = [
+    {'id': 'pasta', 'text': 'Cook the pasta in plenty of salted boiling water until it is al dente.'},
+    {'id': 'orbit', 'text': 'A satellite in low Earth orbit circles the planet in about ninety minutes.'},
+]
+
+
+def records_index(root: Path, records: Sequence[dict]) -> Path:
+    """A plain index of `records` (one JSONL file, no filter, 64-token chunks) under `root`; returns it."""
+    import json
+
+    from pipelines.build_index import job as build_index
+
+    (root / 'corpus').mkdir()
+    (root / 'corpus' / 'records.jsonl').write_text('\n'.join(json.dumps(r) for r in records) + '\n')
+    build_index.run(['--input', str(root / 'corpus'), '--output', str(root / 'index'), '--filter', 'none',
+                     '--chunk_size', '64', '--progress', 'none'])
+    return root / 'index'
+
+
+def prune_while_read(monkeypatch, root: str) -> list:
+    """Makes a build race this process's reads of the versioned root `root`: once a reader opened a second file
+    of run r1, LATEST names r2 and r1 is deleted. Returns the paths opened, in order."""
+    from transforms import storage
+
+    real_open, opened = storage.open_read, []
+
+    def racing_build(path):
+        opened.append(path)
+        if '/runs/r1/' in path and sum('/runs/r1/' in p for p in opened) == 2:
+            storage.write_bytes(f'{root}/LATEST', b'r2\n')
+            storage.delete_trees([f'{root}/runs/r1'])
+        return real_open(path)
+
+    monkeypatch.setattr(storage, 'open_read', racing_build)
+    return opened

@@ -300,22 +300,11 @@ def test_s3_credentials_the_store_refuses_say_so(minio, index_dir, monkeypatch, 
 def test_a_run_pruned_while_query_downloads_it_is_read_again_from_latest(object_store, index_dir, embedding_model,
                                                                         monkeypatch, capsys):
     from pipelines.common.failures import run_and_report
-    from tests.helpers import upload
-    from transforms import storage
+    from tests.helpers import prune_while_read, upload
 
     root = remote_root(object_store, index_dir)
     upload(index_dir, f'{root}/runs/r2')
-    real_open = storage.open_read
-    opened = []
-
-    def racing_build(path):  # publishes r2 and prunes r1 once the query downloaded r1's first file
-        opened.append(path)
-        if '/runs/r1/' in path and sum('/runs/r1/' in p for p in opened) == 2:
-            storage.write_bytes(f'{root}/LATEST', b'r2\n')
-            storage.delete_trees([f'{root}/runs/r1'])
-        return real_open(path)
-
-    monkeypatch.setattr(storage, 'open_read', racing_build)
+    prune_while_read(monkeypatch, root)  # once the query downloaded r1's first file
     argv = ['--index', root, '--json', PASTA_QUESTION]
     assert run_and_report('query', functools.partial(query.run, model=embedding_model), argv) == 0
     assert json.loads(capsys.readouterr().out)[0]['doc_id'] == 'pasta-new'

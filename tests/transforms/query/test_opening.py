@@ -1,30 +1,17 @@
 """Opening an index on a real store: a run pruned mid-read is read again from LATEST whatever the error; a prefix
 without an index, a missing or denied bucket are refused before anything is downloaded."""
 
-import json
 import posixpath
 
 import pytest
 
-from pipelines.build_index import job as build_index
-from tests.helpers import BUCKET, upload
+from tests.helpers import BUCKET, TWO_RECORDS, prune_while_read, records_index, upload
 from transforms import storage
 from transforms.query.retriever import Retriever
 
-RECORDS = [
-    {'id': 'pasta', 'text': 'Cook the pasta in plenty of salted boiling water until it is al dente.'},
-    {'id': 'orbit', 'text': 'A satellite in low Earth orbit circles the planet in about ninety minutes.'},
-]
-
-
 @pytest.fixture(scope='module')
 def index_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp('opening')
-    (root / 'corpus').mkdir()
-    (root / 'corpus' / 'records.jsonl').write_text('\n'.join(json.dumps(r) for r in RECORDS) + '\n')
-    build_index.run(['--input', str(root / 'corpus'), '--output', str(root / 'index'), '--filter', 'none',
-                     '--chunk_size', '64', '--progress', 'none'])
-    return root / 'index'
+    return records_index(tmp_path_factory.mktemp('opening'), TWO_RECORDS)
 
 
 def versioned_root(url, index_dir, runs=('r1', 'r2'), latest='r1'):
@@ -39,18 +26,8 @@ def versioned_root(url, index_dir, runs=('r1', 'r2'), latest='r1'):
 def test_a_run_pruned_while_it_is_downloaded_is_read_again_from_latest(object_store, index_dir, embedding_model,
                                                                        monkeypatch):
     root = versioned_root(object_store, index_dir)
-    real_open = storage.open_read
-    opened = []
-
-    def racing_build(path):
-        # A build publishes r2 and prunes r1 after this reader read LATEST and downloaded r1's first file.
-        opened.append(path)
-        if '/runs/r1/' in path and sum('/runs/r1/' in p for p in opened) == 2:
-            storage.write_bytes(f'{root}/LATEST', b'r2\n')
-            storage.delete_trees([f'{root}/runs/r1'])
-        return real_open(path)
-
-    monkeypatch.setattr(storage, 'open_read', racing_build)
+    # A build publishes r2 and prunes r1 after this reader read LATEST and downloaded r1's first file.
+    opened = prune_while_read(monkeypatch, root)
     retriever = Retriever(root, model=embedding_model)
     assert retriever.index == f'{root}/runs/r2'
     assert sum('/runs/r1/' in p for p in opened) == 2  # the second failed: it was gone

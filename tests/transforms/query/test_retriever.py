@@ -5,25 +5,14 @@ import shutil
 
 import pytest
 
-from pipelines.build_index import job as build_index
+from tests.helpers import TWO_RECORDS, records_index
 from transforms.output import snapshots
 from transforms.query import retriever as retriever_module
 from transforms.query.retriever import Retriever, check_index_dir
 
-RECORDS = [
-    {'id': 'pasta', 'text': 'Cook the pasta in plenty of salted boiling water until it is al dente.'},
-    {'id': 'orbit', 'text': 'A satellite in low Earth orbit circles the planet in about ninety minutes.'},
-]
-
-
 @pytest.fixture(scope='module')
 def index_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp('guards')
-    (root / 'corpus').mkdir()
-    (root / 'corpus' / 'records.jsonl').write_text('\n'.join(json.dumps(r) for r in RECORDS) + '\n')
-    build_index.run(['--input', str(root / 'corpus'), '--output', str(root / 'index'), '--filter', 'none',
-                     '--chunk_size', '64'])
-    return root / 'index'
+    return records_index(tmp_path_factory.mktemp('guards'), TWO_RECORDS)
 
 
 def truncate(path):
