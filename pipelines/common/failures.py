@@ -14,7 +14,6 @@ import sys
 from typing import Iterator, Optional
 
 from pipelines.common.exits import FAILED, JOB_FAILED, OK, STOP_SIGNALS
-from transforms.storage import retries
 
 # Set to 1 to see the traceback of a one-line error (and Beam's logs of it) too.
 TRACEBACK_ENV = 'RAGSIEVE_TRACEBACK'
@@ -58,6 +57,8 @@ def reported_error(error: BaseException) -> Optional[str]:
     other processes, as the text of their traceback.
     """
     cause = root_cause(error)
+    from transforms.storage import retries  # here: importing the storage package imports Beam's filesystems
+
     store = (None if isinstance(cause, ValueError) else retries.unreachable_line(cause)) or store_error_line(cause)
     if store is not None:
         message = store

@@ -141,15 +141,17 @@ def test_a_second_build_on_a_leased_root_is_refused_naming_the_holder(object_sto
 def test_a_build_killed_mid_run_leaves_latest_and_its_lease_expires(object_store, sample_root):
     corpus, _ = sample_root
     root = f'{object_store}/index'
-    flags = ['--input', str(corpus), '--output', root, '--versioned', '--lease_seconds', '3', *FLAGS]
+    # Only the build to be killed or paused has a short lease (20 s: a loaded machine's renewal may come late by
+    # a few seconds, and a lease is lost at three quarters of its length); a build that must finish, the default.
+    flags = ['--input', str(corpus), '--output', root, '--versioned', *FLAGS]
     build_index.run(flags + ['--run_id', 'r1'])
     env = {**os.environ, KILL_AT_ENV: 'chunks_written'}  # inside the pipeline: its chunk parts are written
-    killed = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'r2'], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=600)
+    killed = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', *flags, '--run_id', 'r2',
+                             '--lease_seconds', '20'], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert snapshots.read_latest(root) == 'r1'
     assert storage.has_files(f'{root}/runs/r2') and storage.exists(f'{root}/{snapshots.LOCK_FILE}')
-    time.sleep(3.5)  # the killed build's lease expires; nothing else frees the root
+    wait_leases_expired(root)  # the killed build's leases expire; nothing else frees the root
     build_index.run(flags + ['--run_id', 'r3'])
     assert snapshots.read_latest(root) == 'r3'
     assert not storage.has_files(f'{root}/runs/r2')  # its leftovers were deleted
@@ -189,11 +191,12 @@ def test_a_build_paused_past_its_lease_publishes_nothing_over_the_build_that_too
     corpus, _ = sample_root
     server = request.getfixturevalue('minio' if object_store.startswith('s3') else 'fake_gcs')
     root = f'{object_store}/index'
-    flags = ['--input', str(corpus), '--lease_seconds', '3']
+    flags = ['--input', str(corpus)]
     build_index.run(['--output', root, '--versioned', '--run_id', 'r1', *FLAGS, *flags])
     with fault_proxy(server) as proxy:  # the stale build reaches the store through it
         # Paused (SIGSTOP) with its run complete, about to commit and publish,
-        stale = paused_build(root, 'stale', *flags, stop_at='after_manifest', server=server, proxy=proxy)
+        stale = paused_build(root, 'stale', *flags, '--lease_seconds', '20', stop_at='after_manifest', server=server,
+                             proxy=proxy)
         try:
             proxy.drop('*', '/.lock')  # and cut off: its renewals never reach the store
             wait_leases_expired(root)  # its leases run out, as the next build judges them
@@ -293,8 +296,9 @@ def test_a_failed_versioned_build_leaves_neither_its_run_nor_its_cache_generatio
 def test_a_build_paused_mid_pipeline_whose_run_the_next_build_deleted_says_it_lost_its_lease(s3_root, sample_root):
     corpus, _ = sample_root
     root = s3_root
-    flags = ['--input', str(corpus), '--lease_seconds', '3']
-    stale = paused_build(root, 'stale', *flags, stop_at='chunks_written')  # its chunk parts written, no index yet
+    flags = ['--input', str(corpus)]
+    # Its chunk parts written, no index yet.
+    stale = paused_build(root, 'stale', *flags, '--lease_seconds', '20', stop_at='chunks_written')
     try:
         wait_leases_expired(root)
         # Takes the root over and deletes the stale run's parts.
