@@ -168,6 +168,32 @@ def flink_cluster(tmp_path_factory, request):
 
 
 @pytest.fixture(scope='session')
+def flink_hosts(tmp_path_factory):
+    """A Flink session cluster on simulated hosts that share nothing (`engines.multihost`), for the session:
+    MinIO on `storage` with the bucket `helpers.BUCKET`, the JobManager, a job server, two TaskManagers of one
+    slot each, and `launcher`; 10 restarts of a failed job, 45 s apart.
+
+    Skips, saying why, where this machine cannot make namespaces (not root) or lacks an engine or MinIO; fails
+    instead where CI installed them (RAGSIEVE_REQUIRE_ENGINES=1), as `flink_cluster` does.
+    """
+    from engines.hosts import HostsUnavailable
+    from engines.multihost import FlinkHosts
+    from tests.helpers import BUCKET, engine_missing, running_engine
+
+    directory = tmp_path_factory.mktemp('hosts')
+
+    def make():
+        try:
+            return FlinkHosts(directory)
+        except HostsUnavailable as e:
+            engine_missing(str(e))
+
+    with running_engine(make) as cluster:
+        cluster.make_bucket(BUCKET)
+        yield cluster
+
+
+@pytest.fixture(scope='session')
 def spark_cluster(tmp_path_factory):
     """A Spark standalone cluster for the session: a master and one worker of 2 cores.
 

@@ -1,0 +1,236 @@
+"""A Flink session cluster across simulated hosts that share nothing (`engines.hosts`), MinIO on its own host.
+
+Hosts: `storage` (MinIO), `jobmanager`, `jobserver` (Beam's Flink job
+server, for `--runner PortableRunner --job_endpoint jobserver:8099`),
+`taskmanager-0`, `taskmanager-1`, ... (one slot each by default), and
+`launcher`, where builds are started. Every daemon listens on all of its
+host's addresses at Flink's and MinIO's usual ports (each host has its
+own), reads its configuration from its own /tmp and logs there; its log is
+readable from this machine through `Host.outside`.
+
+The daemons are started as `engines.flink.FlinkCluster` starts them (the
+same configuration, memory settings and classpath), each on its host.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import yaml
+
+from engines import fetch, flink, hosts, objectstores, processes
+
+REST_PORT, RPC_PORT, BLOB_PORT, DATA_PORT = 8081, 6123, 6124, 6121
+JOB_PORT, ARTIFACT_PORT, EXPANSION_PORT = 8099, 8098, 8097
+MINIO_PORT = 9000
+CONF, LOG = '/tmp/flink/conf', '/tmp/flink/log'
+
+
+def host_names(taskmanagers: int) -> list[str]:
+    return ['storage', 'jobmanager', 'jobserver', *(f'taskmanager-{i}' for i in range(taskmanagers)), 'launcher']
+
+
+class FlinkHosts(flink.FlinkCluster):
+    """MinIO and a Flink session cluster on simulated hosts; a context manager that removes all of it.
+
+    Args:
+      directory: Where the hosts' disks go.
+      settings: The cluster's size and restarts (`settings.taskmanagers` hosts of TaskManagers).
+      owner: As `hosts.Hosts`'s (None for a cluster that outlives its command).
+
+    Raises:
+      hosts.HostsUnavailable: Where this machine cannot make namespaces.
+      fetch.EngineMissing: Without Java, Flink, Beam's job server or MinIO.
+    """
+
+    def __init__(self, directory: Path, settings: flink.FlinkSettings = flink.FlinkSettings(), owner: Optional[int] = -1):
+        why = hosts.available()
+        if why:
+            raise hosts.HostsUnavailable(why)
+        self.minio = objectstores.binary(objectstores.MINIO)
+        super().__init__(Path(directory), settings, self.store_env)
+        self.rest_port = REST_PORT
+        self.hosts = hosts.Hosts(self.directory, host_names(settings.taskmanagers), owner)
+
+    @property
+    def store_env(self) -> dict:
+        """What an S3 client on any host needs to reach MinIO on `storage` (the daemons and SDK workers get it)."""
+        return {'AWS_ACCESS_KEY_ID': objectstores.MINIO_USER, 'AWS_SECRET_ACCESS_KEY': objectstores.MINIO_PASSWORD,
+                'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': f'http://storage:{MINIO_PORT}'}
+
+    @property
+    def master(self) -> str:
+        return f'jobmanager:{REST_PORT}'
+
+    @property
+    def rest(self) -> str:
+        """The REST API's URL from a thread in a host's namespace (`call`): host names resolve only inside hosts."""
+        return f'http://{self.hosts["jobmanager"].address}:{REST_PORT}'
+
+    @property
+    def job_endpoint(self) -> str:
+        return f'jobserver:{JOB_PORT}'
+
+    def portable_flags(self) -> list[str]:
+        """The flags that send a build to the shared job server on `jobserver`."""
+        return ['--runner', 'PortableRunner', '--job_endpoint', self.job_endpoint,
+                '--parallelism', str(self.settings.parallelism)]
+
+    def start(self, timeout: float = 180) -> 'FlinkHosts':
+        """Makes the hosts, starts MinIO, the JobManager, the TaskManagers and the job server; returns once ready."""
+        self.hosts.start()
+        self._start_minio()
+        config = self.config()
+        for name in self.hosts.hosts:
+            conf = self.hosts[name].outside(CONF)
+            conf.mkdir(parents=True, exist_ok=True)
+            (conf / 'config.yaml').write_text(yaml.safe_dump(config, sort_keys=True))
+            (conf / 'log4j.properties').write_text(flink.LOG4J)
+        jvm, dynamic = self.resource_params('GET_JM_RESOURCE_PARAMS')
+        self._daemon('jobmanager', jvm, flink.JOBMANAGER, dynamic)
+        for i in range(self.settings.taskmanagers):
+            self.start_taskmanager(i)
+        self._start_job_server()
+        self.wait_for_taskmanagers(self.settings.taskmanagers, timeout)
+        processes.wait_until(lambda: self.call('launcher', _answers, f'http://{self.hosts["jobserver"].address}',
+                                               JOB_PORT), self.daemons, self.logs, timeout, 'job server listening')
+        return self
+
+    def config(self) -> dict:
+        """FlinkCluster's configuration, addressed by host name on every interface, with Flink's usual ports."""
+        return {**super().config(),
+                'jobmanager.rpc.address': 'jobmanager', 'jobmanager.bind-host': '0.0.0.0',
+                'jobmanager.rpc.port': RPC_PORT, 'blob.server.port': str(BLOB_PORT),
+                'rest.address': 'jobmanager', 'rest.bind-address': '0.0.0.0', 'rest.port': REST_PORT,
+                'taskmanager.bind-host': '0.0.0.0', 'taskmanager.data.port': DATA_PORT,
+                'io.tmp.dirs': '/tmp/flink/tmp', 'web.tmpdir': '/tmp/flink/tmp'}
+
+    def resource_params(self, command: str) -> tuple[list[str], list[str]]:
+        # Memory settings are computed here, from the JobManager host's copy of the configuration.
+        conf = self.hosts['jobmanager'].outside(CONF)
+        saved, self.directory = self.directory, conf.parent
+        try:
+            return super().resource_params(command)
+        finally:
+            self.directory = saved
+
+    def start_taskmanager(self, i: int) -> None:
+        """Starts TaskManager `i` on its host, named by its host (`taskmanager.host`)."""
+        if self._taskmanager_jvm is None:
+            self._taskmanager_jvm = self.resource_params('GET_TM_RESOURCE_PARAMS')
+        jvm, dynamic = self._taskmanager_jvm
+        name = f'taskmanager-{i}'
+        self._daemon(name, jvm, flink.TASKMANAGER,
+                     dynamic + ['-D', f'taskmanager.resource-id=tm-{i}', '-D', f'taskmanager.host={name}'])
+
+    def cut_taskmanager(self, i: int) -> None:
+        """Host `taskmanager-i` is lost: its link is cut and all its processes are SIGKILLed."""
+        self.hosts.cut(f'taskmanager-{i}')
+        self.daemons[f'taskmanager-{i}'].wait()
+
+    def wait_for_taskmanagers(self, n: int, timeout: float = 120) -> None:
+        processes.wait_until(lambda: self.call('launcher', _taskmanagers, self.rest) == n, self.daemons, self.logs,
+                             timeout, f'{n} TaskManagers registered')
+
+    def call(self, host: str, function: Callable, *args):
+        """`function(*args)` in a thread inside `host`'s network namespace (its sockets are the host's)."""
+        return call_in(self.hosts[host].namespace, function, *args)
+
+    def launch_on(self, host: str, name: str, command: Sequence[str], env: Optional[dict] = None) -> None:
+        """Starts daemon `name` on `host`, its output into the host's /tmp/flink/log/NAME.out."""
+        self.logs[name] = self.hosts[host].outside(f'{LOG}/{name}.out')
+        self.daemons[name] = self.hosts.popen(host, command, self.logs[name], {**self.env, **(env or {})})
+
+    def _daemon(self, name: str, jvm: list[str], main: str, dynamic: list[str]) -> None:
+        classpath = ':'.join([f'{self.dist / "lib"}/*', *self.beam_jars(skip=('flink-', 'slf4j-'))])
+        self.launch_on(name, name, [self.java, *jvm, f'-Dlog.file={LOG}/{name}.log',
+                                    f'-Dlog4j.configurationFile=file:{CONF}/log4j.properties',
+                                    '-cp', classpath, main, '--configDir', CONF, *dynamic])
+        self.logs[name] = self.hosts[name].outside(f'{LOG}/{name}.log')
+
+    def _start_job_server(self) -> None:
+        self.launch_on('jobserver', 'jobserver', [
+            self.java, '-jar', str(self.job_server), '--flink-master', self.master, '--job-host', '0.0.0.0',
+            '--job-port', str(JOB_PORT), '--artifact-port', str(ARTIFACT_PORT),
+            '--expansion-port', str(EXPANSION_PORT)])
+
+    def _start_minio(self) -> None:
+        self.launch_on('storage', 'minio', [str(self.minio), 'server', '/tmp/minio/data', '--quiet',
+                                            '--address', f':{MINIO_PORT}', '--console-address', ':9001'],
+                       {'MINIO_ROOT_USER': objectstores.MINIO_USER, 'MINIO_ROOT_PASSWORD': objectstores.MINIO_PASSWORD,
+                        'MINIO_BROWSER': 'off'})
+        url = f'http://{self.hosts["storage"].address}:{MINIO_PORT}/minio/health/ready'
+        processes.wait_until(lambda: self.call('launcher', _answers, url), self.daemons, self.logs, 60,
+                             'MinIO answering')
+
+    def make_bucket(self, name: str) -> None:
+        """Makes bucket `name` on MinIO (from the launcher host)."""
+        self.call('launcher', _make_bucket, f'http://{self.hosts["storage"].address}:{MINIO_PORT}', name)
+
+    def stop(self) -> None:
+        super().stop()
+        self.hosts.stop()
+
+
+def _answers(url: str, port: Optional[int] = None) -> bool:
+    """Whether an HTTP server (or, with `port`, anything) answers at `url`."""
+    import socket
+
+    if port is not None:
+        host = url.split('//')[1]
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            return True
+        except OSError:
+            return False
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status < 500
+    except OSError:
+        return False
+
+
+def _make_bucket(endpoint: str, name: str) -> None:
+    import boto3
+
+    boto3.client('s3', endpoint_url=endpoint, aws_access_key_id=objectstores.MINIO_USER,
+                 aws_secret_access_key=objectstores.MINIO_PASSWORD, region_name='us-east-1').create_bucket(Bucket=name)
+
+
+def _taskmanagers(rest: str) -> int:
+    overview = processes.read_json(f'{rest}/overview')
+    return overview.get('taskmanagers', 0) if overview else 0
+
+
+def call_in(namespace: str, function: Callable, *args):
+    """Runs `function(*args)` in a new thread that joined the network namespace `namespace`; its result.
+
+    A thread's network namespace is its own (setns(2) moves the calling
+    thread only), so this process's other threads stay where they were.
+    """
+    import ctypes
+    import os
+
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            fd = os.open(f'/run/netns/{namespace}', os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), f'setns into {namespace}')
+            finally:
+                os.close(fd)
+            result['value'] = function(*args)
+        except BaseException as e:  # handed to the caller
+            result['error'] = e
+
+    thread = threading.Thread(target=run, name=f'in-{namespace}')
+    thread.start()
+    thread.join()
+    if 'error' in result:
+        raise result['error']
+    return result['value']
