@@ -1,0 +1,125 @@
+"""The build on a Flink cluster of hosts that share nothing (`flink_hosts`): the DirectRunner's bytes, a lost host.
+
+The hosts are network and mount namespaces on this machine (engines/hosts.py):
+each has its own /tmp and HOME, reaches the others by name only, and sees
+the program files at the same paths, as a machine image gives them. MinIO
+runs alone on `storage`; the build runs as a user runs it, `ragsieve build`
+on the `launcher` host (or on `jobmanager`), with input, output and cache
+on s3://. Its tables are compared with the DirectRunner's build of the same
+corpus on this machine.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import BUCKET, REPO, data_files, same_build
+
+FLAGS = ['--chunk_size', '64']
+PROGRESS = ['--progress', 'log', '--progress_interval', '1']
+PYTHON = sys.executable
+
+
+def on_host(cluster, host, argv, wait=None, timeout=1800):
+    """Runs `argv` (python's arguments) on `host` from the checkout, with the store's settings; with `wait`,
+    calls it with the process until it returns True."""
+    command = cluster.hosts.command(host, [PYTHON, *argv], cwd=str(REPO))
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=cluster.hosts.environment(cluster.store_env), start_new_session=True)
+    while wait is not None and process.poll() is None and not wait(process):
+        time.sleep(0.5)
+    out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def build(cluster, host, corpus, root, run_id, *flags, wait=None):
+    return on_host(cluster, host, ['-m', 'pipelines.cli', 'build', '--input', corpus, '--output', root, '--versioned',
+                                   '--run_id', run_id, *FLAGS, *flags], wait)
+
+
+def upload(cluster, local: Path, url: str) -> str:
+    """Copies `local` onto the launcher's disk, then from there to `url` on MinIO."""
+    staged = cluster.hosts['launcher'].tmp / 'upload' / local.name
+    shutil.copytree(local, staged)
+    done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import upload; upload(*sys.argv[1:])',
+                                         f'/tmp/upload/{local.name}', url])
+    assert done.returncode == 0, done.stderr[-2000:]
+    shutil.rmtree(staged)
+    return url
+
+
+def download(cluster, url: str, name: str) -> Path:
+    """Copies the objects under `url` to the launcher's disk; returns where they lie on this machine."""
+    done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import download; download(*sys.argv[1:])',
+                                         url, f'/tmp/download/{name}'])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cluster.hosts['launcher'].tmp / 'download' / name
+
+
+def live_chunk_counts(stderr: str) -> list[int]:
+    return [int(n) for line in stderr.splitlines() if 'ragsieve.build: progress ' in line
+            for n in re.findall(r'; chunk (\d+) chunks;', line)]
+
+
+def many_documents(directory: Path, n: int = 300) -> Path:
+    """`n` documents of four sentences each, drawn from the sample corpus by a seeded sample; every tenth repeats
+    an earlier one word for word (the filters' work). Same `n`, same bytes."""
+    import random
+
+    text = ' '.join(p.read_text(errors='replace') for p in sorted((REPO / 'sample_corpus').rglob('*.md')))
+    text += ' ' + (REPO / 'sample_corpus' / 'history.txt').read_text()
+    text += ' ' + ' '.join(json.loads(line)['text'] for line in open(REPO / 'sample_corpus' / 'notes.jsonl'))
+    sentences = sorted({s.strip() for s in re.split(r'(?<=[.!?])\s+', text) if len(s.split()) >= 6})
+    docs = []
+    for i in range(n):
+        picked = random.Random(i).sample(sentences, 4)
+        docs.append(docs[i - 5] if i % 10 == 9 else {'text': f'Note {i}. ' + ' '.join(picked)})
+    directory.mkdir(parents=True)
+    with open(directory / 'notes.jsonl', 'w') as f:
+        for i, doc in enumerate(docs):
+            f.write(json.dumps({'id': f'doc-{i:04d}', 'text': doc['text']}) + '\n')
+    return directory
+
+
+def test_a_build_across_hosts_gives_the_direct_runners_bytes_and_its_nightly_rebuild_embeds_nothing(
+        flink_hosts, sample_root):
+    corpus, direct_root = sample_root
+    prefix = f's3://{BUCKET}/across'
+    remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
+    done = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'm1', *PROGRESS,
+                 *flink_hosts.build_flags())
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The workers' counts arrive from the TaskManager hosts at the launcher's address on its route to them.
+    assert f'the workers send them to {flink_hosts.hosts["launcher"].address}:' in done.stderr
+    assert max(live_chunk_counts(done.stderr), default=0) > 0, done.stderr[-3000:]
+    first = download(flink_hosts, f'{prefix}/index/runs/m1', 'm1')
+    assert same_build(data_files(first), data_files(direct_root / 'runs' / 'r1'), remote_corpus, corpus)
+
+    again = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'm2', *flink_hosts.build_flags())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert 'embedding 0 computed / 36 cached' in again.stderr, again.stderr[-3000:]
+    assert data_files(download(flink_hosts, f'{prefix}/index/runs/m2', 'm2')) == data_files(first)
+
+
+def test_a_build_launched_on_the_jobmanager_host_with_a_localhost_master_reports_live_counts(
+        flink_hosts, tmp_path):
+    """Launched where `--flink_master localhost:8081` is right, the workers still get an address they reach."""
+    from pipelines.build_index import job
+
+    corpus = many_documents(tmp_path / 'many')
+    job.run(['--input', str(corpus), '--output', str(tmp_path / 'direct'), *FLAGS])
+    prefix = f's3://{BUCKET}/on-jobmanager'
+    remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
+    flags = [f if f != flink_hosts.master else 'localhost:8081' for f in flink_hosts.build_flags()]
+    done = build(flink_hosts, 'jobmanager', remote_corpus, f'{prefix}/index', 'j1', *PROGRESS, *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f'the workers send them to {flink_hosts.hosts["jobmanager"].address}:' in done.stderr
+    assert max(live_chunk_counts(done.stderr), default=0) > 0, done.stderr[-3000:]
+    built = download(flink_hosts, f'{prefix}/index/runs/j1', 'j1')
+    assert same_build(data_files(built), data_files(tmp_path / 'direct'), remote_corpus, corpus)
+    manifest = json.loads((built / 'manifest.json').read_text())
+    assert manifest['counts']['documents_indexed'] == 300 and manifest['counts']['dropped'] > 0
