@@ -17,7 +17,9 @@ elsewhere before any count arrived, `--progress none` off Flink) nothing
 bounds the job but the engine, and the view says so (`stall_note`). The job
 is cancelled through its job service, and a Flink job also through Flink's
 REST API by its name (`job_name`), which still answers when the job server
-is gone.
+is gone (a job server only stops its own part: the Flink job runs on). The
+same for `--runner PortableRunner --job_endpoint ... --flink_master ...`:
+a Flink job server submits to the pipeline's `--flink_master`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.build_index import runners
+from pipelines.build_index import job_server, runners
 from pipelines.common.exits import JOB_FAILED
 
 LOG = logging.getLogger('ragsieve.build')
@@ -179,9 +181,13 @@ def master_address(options: PipelineOptions) -> Optional[tuple[str, str, int]]:
 
     None for an embedded engine or a runner without one.
     """
-    values = options.get_all_options()
     flag = {'flink': 'flink_master', 'spark': 'spark_master_url', 'portable': 'job_endpoint'}.get(engine(options) or '')
-    master = (values.get(flag) if flag else None) or ''
+    return parse_master(f'--{flag}', options.get_all_options().get(flag)) if flag else None
+
+
+def parse_master(flag: str, master: Optional[str]) -> Optional[tuple[str, str, int]]:
+    """`(flag, host, port)` of a master's address (`HOST:PORT`, a URL); None for an embedded one or none."""
+    master = master or ''
     if not master or master in EMBEDDED or master == 'local' or master.startswith('local['):  # not localhost
         return None
     parts = urlsplit(master if '://' in master else f'//{master}')
@@ -191,7 +197,7 @@ def master_address(options: PipelineOptions) -> Optional[tuple[str, str, int]]:
         port = None
     if not parts.hostname or port is None:
         return None  # Beam says what it makes of it
-    return f'--{flag}', parts.hostname, port
+    return flag, parts.hostname, port
 
 
 def check_reachable(options: PipelineOptions, timeout: float = 5.0) -> None:
@@ -213,16 +219,31 @@ def check_reachable(options: PipelineOptions, timeout: float = 5.0) -> None:
 
 
 def with_job_name(options: PipelineOptions, token: str) -> PipelineOptions:
-    """Names the job `ragsieve-TOKEN` unless `--job_name` names it: how a Flink job is found to cancel it."""
+    """Names the job `ragsieve-TOKEN` unless `--job_name` names it: how a Flink job is found to cancel it.
+
+    A Flink job server names the Flink job after `--job_name`, whichever runner sent it.
+    """
     cloud = options.view_as(GoogleCloudOptions)
-    if engine(options) == 'flink' and not cloud.job_name:
+    if (engine(options) == 'flink' or flink_rest(options)) and not cloud.job_name:
         cloud.job_name = f'ragsieve-{token}'.lower()
     return options
 
 
+def flink_master(options: PipelineOptions) -> Optional[tuple[str, str, int]]:
+    """`(flag, host, port)` of the Flink cluster the job goes to: `--flink_master` of a FlinkRunner build, or of a
+    PortableRunner build (a Flink job server submits to the pipeline's `--flink_master` rather than its own,
+    unless it is `[auto]`); None for an embedded Flink, `[auto]`, or another runner."""
+    kind = engine(options)
+    if kind == 'flink':
+        return master_address(options)
+    if kind == 'portable' and master_address(options):  # a job server, not Beam's own in this process
+        return parse_master('--flink_master', options.get_all_options().get('flink_master'))
+    return None
+
+
 def flink_rest(options: PipelineOptions) -> Optional[str]:
-    """Flink's REST API (`--flink_master`), None for an embedded Flink or another runner."""
-    address = master_address(options) if engine(options) == 'flink' else None
+    """Flink's REST API (`flink_master`), None for an embedded Flink or another runner."""
+    address = flink_master(options)
     return f'http://{address[1]}:{address[2]}' if address else None
 
 
@@ -434,4 +455,19 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
             raise JobEnded(f'error: lost the job service ({getattr(code, "name", code) or type(error).__name__}) '
                            f'while the job ran on {kind}: {how}; nothing was published') from None
     if error is not None:
+        unreached = unreached_flink(result, options)
+        if unreached:
+            raise JobEnded(unreached) from None
         raise error
+
+
+def job_endpoint(options: PipelineOptions) -> Optional[str]:
+    """`HOST:PORT` of the job server a PortableRunner build goes to (`--job_endpoint`); None for any other."""
+    address = master_address(options) if engine(options) == 'portable' else None
+    return f'{address[1]}:{address[2]}' if address else None
+
+
+def unreached_flink(result, options: PipelineOptions) -> Optional[str]:
+    """The line of a failed job that a job server (`--job_endpoint`) could not hand to Flink; None otherwise."""
+    endpoint = job_endpoint(options)
+    return job_server.unreached_flink_line(endpoint, job_server.messages(result)) if endpoint else None

@@ -367,3 +367,43 @@ def test_a_build_sent_to_a_master_nothing_answers_at_fails_at_once(tmp_path, cap
         f'ragsieve build: error: --flink_master localhost:{port}: nothing answers there (Connection refused); '
         'start the cluster (python -m engines start ...) or correct the flag']
     assert not (tmp_path / 'out').exists()
+
+
+def portable(*flags):
+    return PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'jobserver:8099', *flags])
+
+
+def test_a_portable_build_with_a_flink_master_is_named_looked_at_and_cancelled_through_flinks_rest_api():
+    options = engine_job.with_job_name(portable('--flink_master', 'jobmanager:8081'), 'R1-7')
+    assert engine_job.flink_rest(options) == 'http://jobmanager:8081'
+    assert options.get_all_options()['job_name'] == 'ragsieve-r1-7'
+    assert engine_job.engine_look(options) is not None
+    assert engine_job.stall_note(options, local_counts=False) is None
+
+
+def test_a_portable_build_without_a_flink_address_is_neither_named_nor_seen_on_flink():
+    for options in (portable(), portable('--flink_master', '[auto]'),
+                    PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'embed',
+                                     '--flink_master', 'jobmanager:8081'])):
+        assert engine_job.flink_rest(options) is None
+        assert engine_job.with_job_name(options, 'x').get_all_options()['job_name'] is None
+
+
+class FakeMessage:
+    def __init__(self, text):
+        self.message_response = types.SimpleNamespace(message_text=text)
+
+    def HasField(self, name):  # noqa: N802 (protobuf's name)
+        return name == 'message_response'
+
+
+def test_a_job_server_that_could_not_reach_flink_is_one_line_naming_both():
+    trace = ('java.lang.RuntimeException: org.apache.flink.runtime.client.JobSubmissionException: Failed to submit '
+             'JobGraph.\nCaused by: org.apache.flink.shaded.netty4.io.netty.channel.AbstractChannel$Annotated'
+             'ConnectException: Connection refused: localhost/127.0.0.1:8081')
+    result = FakeResult(ends_with=RuntimeError('Pipeline j failed in state FAILED: java.net.ConnectException: '
+                                               'Connection refused'), after=0)
+    result._messages = [FakeMessage(trace), FakeMessage('java.net.ConnectException: Connection refused')]
+    with pytest.raises(engine_job.JobEnded, match=r'^error: the job server at jobserver:8099 \(--job_endpoint\) '
+                                                  r'could not reach Flink at localhost:8081 \(Connection refused\)'):
+        engine_job.wait(result, portable(), None, 900, poll=0.05)
