@@ -22,7 +22,7 @@ with third_party.quiet_imports():  # `python -m pipelines.build_index` imports B
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build_index import dataflow_job, engine_job, runners
+from pipelines.build_index import dataflow_job, engine_job, job_server, placement, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
 from pipelines.build_index.checks import check_model, check_ner, check_precision
@@ -78,11 +78,12 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             config = BuildConfig.from_options(flags)
         # Closed before the summary is printed, and on any failure.
         view = stack.enter_context(progress.View(flags.progress, flags.progress_interval, LOG))
-        config, files = list_input(config, view)
-        runners.check_paths_reach_workers(
-            options, {'--input': config.input, '--output': config.output, '--cache': config.cache})
         engine_job.check_stall_timeout(flags.engine_stall_timeout)
         engine_job.check_reachable(options)  # before the locks and the models: a wrong master fails at once
+        paths = {'--input': config.input, '--output': config.output, '--cache': config.cache}
+        runners.check_paths_reach_workers(options, paths)
+        placement.check(options, paths)  # before the input is listed: a launcher-only setting fails at once
+        config, files = list_input(config, view)
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
@@ -238,7 +239,8 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
         try:
-            result = pipeline.run()
+            with job_server.submitting(engine_job.job_endpoint(options)):
+                result = pipeline.run()
             console = build_progress.dataflow_console(options, result)
             if console:
                 view.note(console)
