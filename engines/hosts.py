@@ -200,6 +200,10 @@ class Hosts:
         _ip('-n', self.hosts[host].namespace, 'link', 'set', INTERFACE, 'down')
         kill_namespace(self.hosts[host].namespace)
 
+    def mend(self, host: str) -> None:
+        """A cut host's link comes back up (its processes do not: start them again)."""
+        _ip('-n', self.hosts[host].namespace, 'link', 'set', INTERFACE, 'up')
+
     def pids(self, host: str) -> list[int]:
         """The processes running on `host`."""
         return namespace_pids(self.hosts[host].namespace)

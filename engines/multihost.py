@@ -131,6 +131,11 @@ class FlinkHosts(flink.FlinkCluster):
         self.hosts.cut(f'taskmanager-{i}')
         self.daemons[f'taskmanager-{i}'].wait()
 
+    def mend_taskmanager(self, i: int) -> None:
+        """Host `taskmanager-i` is back: its link up, its TaskManager started again."""
+        self.hosts.mend(f'taskmanager-{i}')
+        self.start_taskmanager(i)
+
     def wait_for_taskmanagers(self, n: int, timeout: float = 120) -> None:
         processes.wait_until(lambda: self.call('launcher', _taskmanagers, self.rest) == n, self.daemons, self.logs,
                              timeout, f'{n} TaskManagers registered')

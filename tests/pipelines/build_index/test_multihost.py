@@ -123,3 +123,53 @@ def test_a_build_launched_on_the_jobmanager_host_with_a_localhost_master_reports
     assert same_build(data_files(built), data_files(tmp_path / 'direct'), remote_corpus, corpus)
     manifest = json.loads((built / 'manifest.json').read_text())
     assert manifest['counts']['documents_indexed'] == 300 and manifest['counts']['dropped'] > 0
+
+
+def embedding_taskmanager(cluster):
+    """The TaskManager whose SDK worker embeds, once the filters' stage runs; None before."""
+    from engines import processes
+    from tests.helpers import sdk_workers
+
+    def look():
+        jobs = (processes.read_json(f'{cluster.rest}/jobs/overview') or {}).get('jobs', [])
+        return any(v['status'] == 'RUNNING' and 'FilterChunks' in v['name'] for job in jobs
+                   for v in (processes.read_json(f'{cluster.rest}/jobs/{job["jid"]}') or {}).get('vertices', []))
+
+    if not cluster.call('launcher', look):
+        return None
+    working = [i for i in range(cluster.settings.taskmanagers)
+               if sdk_workers(cluster.daemons[f'taskmanager-{i}'])]
+    return working[0] if working else None
+
+
+def test_a_lost_taskmanager_host_is_survived_with_the_same_bytes(flink_hosts, sample_root):
+    """The host of the TaskManager that embeds is lost (link cut, every process SIGKILLed) while the other
+    TaskManager has a free slot: Flink restarts the job there (the cluster's default restarts) and the build
+    publishes the DirectRunner's bytes, exit 0."""
+    corpus, direct_root = sample_root
+    prefix = f's3://{BUCKET}/lost-host'
+    remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
+    lost = []
+
+    def cut_the_embedding_host(_process) -> bool:
+        i = embedding_taskmanager(flink_hosts)
+        if i is None:
+            return False
+        flink_hosts.cut_taskmanager(i)
+        lost.append(i)
+        return True
+
+    started = time.monotonic()
+    try:
+        done = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'l1', *flink_hosts.build_flags(),
+                     '--parallelism', '1', wait=cut_the_embedding_host)
+    finally:
+        for i in lost:  # the session's cluster gets its host back
+            flink_hosts.mend_taskmanager(i)
+        flink_hosts.wait_for_taskmanagers(flink_hosts.settings.taskmanagers)
+    assert lost and done.returncode == 0, done.stderr[-3000:]
+    built = download(flink_hosts, f'{prefix}/index/runs/l1', 'l1')
+    assert same_build(data_files(built), data_files(direct_root / 'runs' / 'r1'), remote_corpus, corpus)
+    failovers = flink_hosts.logs['jobmanager'].read_text().count('to RESTARTING')
+    assert 1 <= failovers <= flink_hosts.settings.restart_attempts, failovers
+    print(f'lost taskmanager-{lost[0]} host: {failovers} failovers, {time.monotonic() - started:.0f} s in all')
