@@ -4,6 +4,10 @@
   python -m engines start flink --dir /tmp/flink   # prints the flags a build needs
   ragsieve build --input ... --output ... $(cat /tmp/flink/build_flags)
   python -m engines stop --dir /tmp/flink
+
+  python -m engines hosts start --dir /tmp/cluster   # Flink and MinIO on simulated hosts (root)
+  python -m engines hosts run --dir /tmp/cluster launcher -- python -m pipelines.cli build ...
+  python -m engines hosts stop --dir /tmp/cluster
 """
 
 from __future__ import annotations
@@ -145,6 +149,24 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message}\n')
 
 
+def hosts_command(args) -> int:
+    """`python -m engines hosts start|run|stop`."""
+    from engines import multihost
+
+    if args.action == 'start':
+        cluster = multihost.start_detached(check_dir(args.dir), args.size)
+        (args.dir / state.FLAGS_FILE).write_text(' '.join(cluster.build_flags()) + '\n')
+        addresses = ', '.join(f'{h.name} {h.address}' for h in cluster.hosts.hosts.values())
+        print(f'hosts up ({addresses}); MinIO holds {multihost.SAMPLE_CORPUS}; on the launcher, build with: '
+              f'$(cat {args.dir / state.FLAGS_FILE})')
+        return 0
+    if args.action == 'run':
+        return multihost.run_detached(args.dir, args.host, args.argv)
+    multihost.attached(args.dir).stop()
+    print(f'removed the hosts under {args.dir}')
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = OneLineParser(prog='python -m engines', description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest='command', required=True)
@@ -157,8 +179,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help='TaskManagers (Flink, default 2) or workers (Spark, default 1 of 2 cores); at least 1.')
     down = commands.add_parser('stop', help='Stop the cluster started with --dir.')
     down.add_argument('--dir', type=Path, required=True)
+    several = commands.add_parser('hosts', help='A Flink cluster and MinIO on simulated hosts that share nothing.')
+    action = several.add_subparsers(dest='action', required=True)
+    several_up = action.add_parser('start', help='Make the hosts and start the daemons (needs root).')
+    several_up.add_argument('--dir', type=Path, required=True, help="Where the hosts' disks go.")
+    several_up.add_argument('--size', type=check_size, default=2, help='TaskManager hosts (default 2).')
+    on = action.add_parser('run', help='Run a command on one host, in the checkout, with the store settings.')
+    on.add_argument('--dir', type=Path, required=True)
+    on.add_argument('host')
+    on.add_argument('argv', nargs='+', metavar='-- COMMAND')
+    several_down = action.add_parser('stop', help='Kill every process on the hosts and remove them.')
+    several_down.add_argument('--dir', type=Path, required=True)
     args = parser.parse_args(argv)
     try:
+        if args.command == 'hosts':
+            return hosts_command(args)
         if args.command == 'fetch':
             for name in args.engines:
                 print(f'{name}: {fetch.fetch(fetch.ENGINES[name])}')
@@ -172,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         where = f'{e.filename}: ' if e.filename else ''
         print(f'python -m engines {args.command}: error: {where}{e.strerror or e}', file=sys.stderr)
         return 2
-    except (fetch.EngineMissing, processes.EngineFailed, ValueError) as e:
+    except (fetch.EngineMissing, processes.EngineFailed, ValueError, RuntimeError) as e:
         print(f'python -m engines {args.command}: error: {e}', file=sys.stderr)
         return 2
     return 0

@@ -177,9 +177,11 @@ class Hosts:
                 '--name', h.name, '--disk', str(h.disk), '--cwd', cwd, *images, *hidden, '--', *argv]
 
     def environment(self, env: Optional[dict]) -> dict:
-        """A host's processes' environment: PATH and the locale of this one, HOME, and `env`; nothing else."""
+        """A host's processes' environment: PATH (the install's first) and the locale of this one, HOME, and `env`."""
         kept = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
-        return {**kept, 'HOME': str(Path.home()), **(env or {})}
+        # The install's commands first on PATH (python, ragsieve), as on a machine image made for it.
+        path = os.pathsep.join([os.path.join(sys.prefix, 'bin'), kept.get('PATH', os.defpath)])
+        return {**kept, 'PATH': path, 'HOME': str(Path.home()), **(env or {})}
 
     def popen(self, host: str, argv: Sequence[str], log: Path, env: Optional[dict] = None,
               cwd: str = '/tmp') -> subprocess.Popen:

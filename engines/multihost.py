@@ -14,6 +14,9 @@ same configuration, memory settings and classpath), each on its host.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -27,6 +30,10 @@ REST_PORT, RPC_PORT, BLOB_PORT, DATA_PORT = 8081, 6123, 6124, 6121
 JOB_PORT, ARTIFACT_PORT, EXPANSION_PORT = 8099, 8098, 8097
 MINIO_PORT = 9000
 CONF, LOG = '/tmp/flink/conf', '/tmp/flink/log'
+CHECKOUT = Path(__file__).resolve().parent.parent
+# What an S3 client on any host needs to reach MinIO on `storage`.
+STORE_ENV = {'AWS_ACCESS_KEY_ID': objectstores.MINIO_USER, 'AWS_SECRET_ACCESS_KEY': objectstores.MINIO_PASSWORD,
+             'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': f'http://storage:{MINIO_PORT}'}
 
 
 def host_names(taskmanagers: int) -> list[str]:
@@ -58,8 +65,7 @@ class FlinkHosts(flink.FlinkCluster):
     @property
     def store_env(self) -> dict:
         """What an S3 client on any host needs to reach MinIO on `storage` (the daemons and SDK workers get it)."""
-        return {'AWS_ACCESS_KEY_ID': objectstores.MINIO_USER, 'AWS_SECRET_ACCESS_KEY': objectstores.MINIO_PASSWORD,
-                'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': f'http://storage:{MINIO_PORT}'}
+        return STORE_ENV
 
     @property
     def master(self) -> str:
@@ -178,6 +184,51 @@ class FlinkHosts(flink.FlinkCluster):
     def stop(self) -> None:
         super().stop()
         self.hosts.stop()
+
+
+SAMPLE_CORPUS = 's3://ragsieve/sample_corpus'
+# Uploads a local directory to an s3:// prefix, run on the launcher host with the store's settings.
+_UPLOAD = ('import pathlib, sys; from transforms import storage; local, url = pathlib.Path(sys.argv[1]), sys.argv[2]\n'
+           'for p in sorted(f for f in local.rglob("*") if f.is_file()):\n'
+           '    storage.write_bytes(f"{url}/{p.relative_to(local).as_posix()}", p.read_bytes())')
+
+
+def start_detached(directory: Path, taskmanagers: int = 2) -> FlinkHosts:
+    """Starts the hosts and the cluster for `python -m engines hosts start`: they outlive this process
+    (`stop_detached` removes them). MinIO gets the bucket `ragsieve` and the sample corpus (`SAMPLE_CORPUS`)."""
+    cluster = FlinkHosts(directory, flink.FlinkSettings(taskmanagers=taskmanagers), owner=None)
+    try:
+        cluster.start()
+        cluster.make_bucket('ragsieve')
+        done = cluster.hosts.run('launcher', [sys.executable, '-c', _UPLOAD, str(CHECKOUT / 'sample_corpus'),
+                                              SAMPLE_CORPUS], env=cluster.store_env, cwd=str(CHECKOUT))
+        if done.returncode:
+            raise processes.EngineFailed(f'uploading the sample corpus failed: {done.stderr.strip()[-500:]}')
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def attached(directory: Path) -> hosts.Hosts:
+    """The hosts `start_detached` made under `directory`, to run commands on or remove.
+
+    Raises:
+      ValueError: When none were made there.
+    """
+    try:
+        recorded = json.loads((Path(directory) / hosts.STATE_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f'--dir {directory}: no hosts recorded there ({e})') from None
+    return hosts.Hosts(directory, list(recorded['hosts']), owner=None)
+
+
+def run_detached(directory: Path, host: str, argv: Sequence[str]) -> int:
+    """Runs `argv` on `host` of the hosts under `directory` (in the checkout, with the store's settings)."""
+    made = attached(directory)
+    if host not in made.hosts:
+        raise ValueError(f'no host {host!r}: the hosts are {", ".join(made.hosts)}')
+    return subprocess.run(made.command(host, argv, cwd=str(CHECKOUT)), env=made.environment(STORE_ENV)).returncode
 
 
 def _answers(url: str, port: Optional[int] = None) -> bool:

@@ -114,3 +114,30 @@ def test_host_names_are_checked():
         hosts.Hosts('/nonexistent', ['alpha', 'alpha'])
     with pytest.raises(ValueError, match='lowercase'):
         hosts.Hosts('/nonexistent', ['Alpha'])
+
+
+def test_python_m_engines_hosts_starts_runs_on_and_removes_a_cluster(tmp_path):
+    """The docs' worked example, but the build: start, a command on the launcher reading the sample corpus from
+    MinIO on `storage`, stop; nothing left."""
+    from engines import multihost
+    from engines.fetch import EngineMissing
+
+    try:
+        multihost.FlinkHosts(tmp_path / 'probe')  # not started: says what this machine lacks
+    except (hosts.HostsUnavailable, EngineMissing) as e:
+        engine_missing(str(e))
+    directory = tmp_path / 'cluster'
+    command = [sys.executable, '-m', 'engines', 'hosts']
+    try:
+        up = subprocess.run([*command, 'start', '--dir', str(directory)], cwd=REPO, capture_output=True, text=True)
+        assert up.returncode == 0, up.stderr
+        assert 'launcher 10.47.0.7' in up.stdout and '--flink_master jobmanager:8081' in (directory / 'build_flags').read_text()
+        listed = subprocess.run([*command, 'run', '--dir', str(directory), 'launcher', '--', 'python', '-c',
+                                 'import socket; from transforms import storage; '
+                                 'print(socket.gethostname(), len(storage.list_files("s3://ragsieve/sample_corpus")))'],
+                                cwd=REPO, capture_output=True, text=True)
+        assert listed.stdout.split() == ['launcher', '6'], listed.stderr[-2000:]
+    finally:
+        down = subprocess.run([*command, 'stop', '--dir', str(directory)], cwd=REPO, capture_output=True, text=True)
+    assert down.returncode == 0, down.stderr
+    assert not [n for n in hosts.namespaces() if n.startswith(multihost.attached(directory).switch.split('-')[0])]
