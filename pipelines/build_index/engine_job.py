@@ -277,14 +277,39 @@ def flink_job_look(job: dict) -> EngineLook:
     return EngineLook(running, (job.get('state'), moved))
 
 
+def flink_latest_job(rest: str, name: str) -> Optional[str]:
+    """The id of the latest Flink job named `name`; None when Flink does not answer or runs no such job yet."""
+    jobs = [j for j in (read_json(f'{rest}/jobs/overview') or {}).get('jobs', []) if j.get('name') == name]
+    return max(jobs, key=lambda j: j.get('start-time') or 0).get('jid') if jobs else None
+
+
 def flink_look(rest: str, name: str) -> Optional[EngineLook]:
     """Flink's view of the latest job named `name`; None when Flink does not answer or runs no such job yet."""
-    jobs = [j for j in (read_json(f'{rest}/jobs/overview') or {}).get('jobs', []) if j.get('name') == name]
-    if not jobs:
-        return None
-    latest = max(jobs, key=lambda j: j.get('start-time') or 0)
-    job = read_json(f'{rest}/jobs/{latest.get("jid")}')
+    jid = flink_latest_job(rest, name)
+    job = read_json(f'{rest}/jobs/{jid}') if jid else None
     return flink_job_look(job) if job else None
+
+
+def flink_failure_line(exceptions: dict) -> Optional[str]:
+    """The latest failure in a job's exception history (`/jobs/JID/exceptions`), in one line: the exception's
+    first line and where it happened (a lost TaskManager's id is in the first line)."""
+    entries = [e for e in (exceptions.get('exceptionHistory') or {}).get('entries', []) if isinstance(e, dict)]
+    if not entries:
+        return None
+    latest = max(entries, key=lambda e: e.get('timestamp') or 0)
+    first = next((line.strip() for line in str(latest.get('stacktrace') or '').splitlines() if line.strip()),
+                 str(latest.get('exceptionName') or 'an exception'))
+    where = (latest.get('taskManagerLocation') or {}) if isinstance(latest.get('taskManagerLocation'), dict) else {}
+    host = where.get('host') or latest.get('location')
+    return first[:400] + (f' (on {host})' if host else '')
+
+
+def flink_failure(options: PipelineOptions) -> Optional[str]:
+    """What Flink last recorded as the build's job's failure (`flink_failure_line`); None off Flink or without one."""
+    rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
+    jid = flink_latest_job(rest, name) if rest and name else None
+    exceptions = read_json(f'{rest}/jobs/{jid}/exceptions') if jid else None
+    return flink_failure_line(exceptions) if exceptions else None
 
 
 def engine_look(options: PipelineOptions) -> Optional[Callable[[], Optional[EngineLook]]]:
@@ -442,9 +467,11 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
             while thread.is_alive():
                 thread.join(poll)
                 if thread.is_alive() and timeout and stalled():
+                    failure = flink_failure(options)  # read before the cancellation adds its own
                     how = cancel(result, options)
+                    last = f"; Flink's last failure: {failure}" if failure else ''
                     raise JobEnded(f'error: the job made no progress on {kind} for {timeout:g} s '
-                                   f'(--engine_stall_timeout): {how}; nothing was published')
+                                   f'(--engine_stall_timeout){last}: {how}; nothing was published')
         except KeyboardInterrupt:
             LOG.warning('interrupted: cancelling the job on %s: %s', kind, cancel(result, options))
             raise

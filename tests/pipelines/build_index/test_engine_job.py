@@ -407,3 +407,18 @@ def test_a_job_server_that_could_not_reach_flink_is_one_line_naming_both():
     with pytest.raises(engine_job.JobEnded, match=r'^error: the job server at jobserver:8099 \(--job_endpoint\) '
                                                   r'could not reach Flink at localhost:8081 \(Connection refused\)'):
         engine_job.wait(result, portable(), None, 900, poll=0.05)
+
+
+def test_flink_failure_line_is_the_latest_failure_and_where_it_happened():
+    """Flink 1.19's `/jobs/JID/exceptions` (its exception history, latest last here) read into one line."""
+    heartbeat = ('java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out.\n'
+                 '\tat org.apache.flink.runtime.jobmaster.JobMaster...')
+    exceptions = {'root-exception': 'old', 'exceptionHistory': {'entries': [
+        {'exceptionName': 'java.lang.Exception', 'stacktrace': 'java.lang.Exception: earlier\n\tat x', 'timestamp': 1},
+        {'exceptionName': 'java.util.concurrent.TimeoutException', 'stacktrace': heartbeat, 'timestamp': 2,
+         'taskManagerLocation': {'host': 'taskmanager-0', 'port': 6121}},
+    ], 'truncated': False}}
+    assert engine_job.flink_failure_line(exceptions) == (
+        'java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out. (on taskmanager-0)')
+    assert engine_job.flink_failure_line({'exceptionHistory': {'entries': []}}) is None
+    assert engine_job.flink_failure_line({'exceptionHistory': {'entries': [{'timestamp': 3}]}}) == 'an exception'

@@ -173,3 +173,42 @@ def test_a_lost_taskmanager_host_is_survived_with_the_same_bytes(flink_hosts, sa
     failovers = flink_hosts.logs['jobmanager'].read_text().count('to RESTARTING')
     assert 1 <= failovers <= flink_hosts.settings.restart_attempts, failovers
     print(f'lost taskmanager-{lost[0]} host: {failovers} failovers, {time.monotonic() - started:.0f} s in all')
+
+
+def objects(cluster, url: str) -> list[str]:
+    """The objects under `url` on MinIO, listed from the launcher."""
+    done = on_host(cluster, 'launcher', ['-c', 'import sys; from transforms import storage; '
+                                         'print("\\n".join(f.path for f in storage.list_files(sys.argv[1])))', url])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_a_lost_taskmanager_host_with_no_slot_left_is_one_line_naming_it(flink_hosts, sample_root):
+    """Both slots embed and one host is lost: no slot is left for the restarted job, which waits for one; the
+    stall bound ends the build in one line with Flink's last failure, the lost TaskManager's, exit 6, and
+    leaves nothing behind: no run, no LATEST, no lease, no cache generation."""
+    corpus, _ = sample_root
+    prefix = f's3://{BUCKET}/no-slot'
+    remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
+    lost = []
+
+    def cut_a_host_once_both_embed(_process) -> bool:
+        i = embedding_taskmanager(flink_hosts)
+        if i is None:
+            return False
+        flink_hosts.cut_taskmanager(i)
+        lost.append(i)
+        return True
+
+    try:
+        done = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'n1', *flink_hosts.build_flags(),
+                     '--engine_stall_timeout', '60', wait=cut_a_host_once_both_embed)
+    finally:
+        for i in lost:
+            flink_hosts.mend_taskmanager(i)
+        flink_hosts.wait_for_taskmanagers(flink_hosts.settings.taskmanagers)
+    assert lost and done.returncode == 6, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith('ragsieve build:')]
+    assert len(lines) == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
+    assert f'tm-{lost[0]}' in lines[0] and 'nothing was published' in lines[0], lines[0]
+    assert objects(flink_hosts, f"{prefix}/index") == []
