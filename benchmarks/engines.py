@@ -1,13 +1,18 @@
-"""The same build on four runners, side by side: in process, multi_processing, a Flink cluster, a Spark cluster.
+"""The same build on five runners, side by side: in process, multi_processing, a Flink cluster, a Spark cluster,
+and a Flink cluster across simulated hosts.
 
 For each corpus the build runs, one after the other in this process's
 children, on: the DirectRunner in process; the DirectRunner's
 multi_processing mode with 2 workers; a real Flink 1.19 cluster (a
 JobManager and two TaskManagers of one slot on 127.0.0.1, parallelism 2);
-a real Spark 3.5 standalone cluster (one worker of 2 cores). The clusters
-are started by `engines/` (`make engines` first) and their start is timed
-apart. Each build's tables are compared byte for byte with the in-process
-build's.
+a real Spark 3.5 standalone cluster (one worker of 2 cores); `hosts`: the
+same Flink cluster across simulated hosts that share nothing
+(`engines/multihost.py`, root only: MinIO on its own host, the JobManager,
+the job server, two TaskManager hosts, the launcher on its own), the corpus
+uploaded to MinIO first (not timed), input, output and cache on s3://. The
+clusters are started by `engines/` (`make engines` first) and their start
+is timed apart. Each build's tables are compared byte for byte with the
+in-process build's.
 
 Prints per runner: wall seconds, CPU seconds and peak RSS of every process
 (the launcher, the engine's daemons, its SDK workers; sampled from /proc),
@@ -22,7 +27,7 @@ Corpora: `chroma` (the five Chroma corpora, recursive 400/200, 1,358
 chunks, the default cascade) and `synthetic` (benchmarks/scale.py's corpus,
 20,000 chunks of 48 tokens, embedded with its one-layer model).
 
-    python benchmarks/engines.py [--corpora chroma,synthetic] [--runners direct,multi,flink,spark]
+    python benchmarks/engines.py [--corpora chroma,synthetic] [--runners direct,multi,flink,spark,hosts]
 """
 
 import argparse
@@ -41,10 +46,10 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import scale  # noqa: E402
 from benchmarks.process_memory import TreeSampler  # noqa: E402
-from engines import flink, spark  # noqa: E402
-from tests.helpers import data_files  # noqa: E402
+from engines import flink, multihost, spark  # noqa: E402
+from tests.helpers import data_files, same_build  # noqa: E402
 
-RUNNERS = ('direct', 'multi', 'flink', 'spark')
+RUNNERS = ('direct', 'multi', 'flink', 'spark', 'hosts')
 RUNNER_FLAGS = {'direct': [], 'multi': ['--direct_running_mode=multi_processing', '--direct_num_workers=2']}
 
 
@@ -107,6 +112,42 @@ def flink_timeline(rest: str, result: dict) -> dict:
     }
 
 
+def on_launcher(cluster, argv: list[str]) -> subprocess.CompletedProcess:
+    done = cluster.hosts.run('launcher', [sys.executable, *argv], env=cluster.store_env, cwd=str(REPO))
+    if done.returncode:
+        raise RuntimeError(f'{argv[:3]} failed on the launcher ({done.returncode}):\n{done.stderr[-4000:]}')
+    return done
+
+
+def hosts_build(name: str, corpus: str, flags: list[str], work: str, env: dict) -> tuple[dict, Path, str]:
+    """The build on the Flink cluster across simulated hosts: its row's figures, where its run was copied, and
+    the s3:// corpus it read."""
+    cluster = multihost.FlinkHosts(Path(work) / f'{name}-hosts', env=env)
+    started = time.perf_counter()
+    with cluster:
+        row = {'cluster_start': time.perf_counter() - started}
+        cluster.make_bucket('bench')
+        launcher = cluster.hosts['launcher']
+        for value in flags:  # a model under /tmp (synthetic's): at the same path on every host's own /tmp
+            if value.startswith('/tmp/') and os.path.isdir(value):
+                for host in cluster.hosts.hosts.values():
+                    shutil.copytree(value, host.outside(value))
+        shutil.copytree(corpus, launcher.outside(f'/tmp/{name}-corpus'))
+        remote = f's3://bench/{name}/corpus'
+        on_launcher(cluster, ['-c', 'import sys; from tests.helpers import upload; upload(*sys.argv[1:])',
+                              f'/tmp/{name}-corpus', remote])
+        argv = ['-m', 'pipelines.cli', 'build', '--input', remote, '--output', f's3://bench/{name}/index',
+                '--versioned', '--run_id', 'h1', *flags, *cluster.build_flags()]
+        begun, epoch = time.perf_counter(), time.time()
+        on_launcher(cluster, argv)
+        row.update(wall=time.perf_counter() - begun, started=epoch, ended=time.time(), processes=[], cpu=0.0)
+        on_launcher(cluster, ['-c', 'import sys; from tests.helpers import download; download(*sys.argv[1:])',
+                              f's3://bench/{name}/index/runs/h1', '/tmp/h1'])
+        out = Path(work) / f'{name}-hosts-run'
+        shutil.copytree(launcher.outside('/tmp/h1'), out)
+    return row, out, remote
+
+
 def run_corpus(name: str, corpus: str, flags: list[str], runners: list[str], work: str, sample_s: float) -> list:
     rows, reference = [], None
     env = {'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}  # one torch thread per worker process: 2 on 2 cores
@@ -114,7 +155,12 @@ def run_corpus(name: str, corpus: str, flags: list[str], runners: list[str], wor
         out = os.path.join(work, f'{name}-{runner}')
         argv = [sys.executable, '-m', 'pipelines.cli', 'build', '--input', corpus, '--output', out, *flags]
         row = {'corpus': name, 'runner': runner}
-        if runner in RUNNER_FLAGS:
+        remote = None
+        if runner == 'hosts':
+            result, hosts_out, remote = hosts_build(name, corpus, flags, work, env)
+            row['cluster_start'] = result.pop('cluster_start')
+            out = str(hosts_out)
+        elif runner in RUNNER_FLAGS:
             if runner == 'multi':
                 os.environ.update(env)
             result = measure(argv + RUNNER_FLAGS[runner], [], sample_s)
@@ -131,7 +177,8 @@ def run_corpus(name: str, corpus: str, flags: list[str], runners: list[str], wor
                     row['timeline'] = flink_timeline(cluster.rest, result)
         files = data_files(Path(out))
         reference = reference or files
-        row.update(result, identical=files == reference,
+        identical = same_build(files, reference, remote, corpus) if remote else files == reference
+        row.update(result, identical=identical,
                    chunks=json.load(open(os.path.join(out, 'manifest.json')))['counts']['chunks_before_filters'])
         print(json.dumps({k: v for k, v in row.items() if k != 'processes'}), flush=True)
         rows.append(row)
@@ -148,8 +195,9 @@ def report(rows: list[dict]) -> str:
                             for k in ('launcher', 'daemon', 'sdk worker'))
         if peaks['job server']:
             memory += f" (job server {peaks['job server'][0]:.0f})"
+        cpu = f"{r['cpu']:.0f}" if r['processes'] else '-'  # the hosts' processes are not sampled
         lines.append(f"| {r['corpus']} | {r['chunks']} | {r['runner']} | {r.get('cluster_start', 0):.1f} | "
-                     f"{r['wall']:.1f} | {r['cpu']:.0f} | {memory} | {'yes' if r['identical'] else 'NO'} |")
+                     f"{r['wall']:.1f} | {cpu} | {memory} | {'yes' if r['identical'] else 'NO'} |")
     for r in rows:
         t = r.get('timeline')
         if t:
@@ -159,6 +207,10 @@ def report(rows: list[dict]) -> str:
                          + '; '.join(f'{n} {s:.1f} s' for n, s in t['longest']))
     for corpus in dict.fromkeys(r['corpus'] for r in rows):
         by = {r['runner']: r for r in rows if r['corpus'] == corpus}
+        if 'hosts' in by:
+            against = ', '.join(f"{by['hosts']['wall'] / by[r]['wall']:.2f}x {r}'s" for r in ('flink', 'direct') if r in by)
+            lines.append(f"\n{corpus}: Flink across hosts, wall {by['hosts']['wall']:.1f} s: {against or 'alone'} "
+                         '(cluster start excluded; its input, output and cache on MinIO, the others\' on local disk)')
         if 'flink' in by and 'multi' in by:
             lines.append(f"\n{corpus}: Flink wall / multi_processing wall = {by['flink']['wall'] / by['multi']['wall']:.2f}x "
                          '(cluster start excluded; target at 20k chunks <= 1.3x)')
@@ -167,7 +219,7 @@ def report(rows: list[dict]) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--corpora', default='chroma,synthetic', help='Comma-separated: chroma, synthetic.')
+    parser.add_argument('--corpora', default='chroma,synthetic', help='Comma-separated: chroma, synthetic, sample (the bundled sample corpus: a quick look).')
     parser.add_argument('--runners', default=','.join(RUNNERS), help=f'Comma-separated of {", ".join(RUNNERS)}.')
     parser.add_argument('--data', default=str(REPO.parent / 'shared' / 'data' / 'chroma'),
                         help='The Chroma corpora folder.')
@@ -179,8 +231,9 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix='ragsieve-engines-') as work:
         for name in args.corpora.split(','):
-            corpus, flags = (chroma_corpus(args.data, work) if name == 'chroma'
-                             else synthetic_corpus(args.synthetic_chunks, work))
+            corpus, flags = (chroma_corpus(args.data, work) if name == 'chroma' else
+                             (str(REPO / 'sample_corpus'), ['--chunk_size', '64']) if name == 'sample' else
+                             synthetic_corpus(args.synthetic_chunks, work))
             rows += run_corpus(name, corpus, flags, runners, work, args.sample_s)
     print(report(rows))
     if args.json_out:

@@ -47,18 +47,20 @@ class FlinkHosts(flink.FlinkCluster):
       directory: Where the hosts' disks go.
       settings: The cluster's size and restarts (`settings.taskmanagers` hosts of TaskManagers).
       owner: As `hosts.Hosts`'s (None for a cluster that outlives its command).
+      env: More environment for the daemons and their SDK workers (OMP_NUM_THREADS, ...).
 
     Raises:
       hosts.HostsUnavailable: Where this machine cannot make namespaces.
       fetch.EngineMissing: Without Java, Flink, Beam's job server or MinIO.
     """
 
-    def __init__(self, directory: Path, settings: flink.FlinkSettings = flink.FlinkSettings(), owner: Optional[int] = -1):
+    def __init__(self, directory: Path, settings: flink.FlinkSettings = flink.FlinkSettings(),
+                 owner: Optional[int] = -1, env: Optional[dict] = None):
         why = hosts.available()
         if why:
             raise hosts.HostsUnavailable(why)
         self.minio = objectstores.binary(objectstores.MINIO)
-        super().__init__(Path(directory), settings, self.store_env)
+        super().__init__(Path(directory), settings, {**STORE_ENV, **(env or {})})
         self.rest_port = REST_PORT
         self.hosts = hosts.Hosts(self.directory, host_names(settings.taskmanagers), owner)
 

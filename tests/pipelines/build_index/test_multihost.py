@@ -107,7 +107,8 @@ def test_a_build_across_hosts_gives_the_direct_runners_bytes_and_its_nightly_reb
 
 def test_a_build_launched_on_the_jobmanager_host_with_a_localhost_master_reports_live_counts(
         flink_hosts, tmp_path):
-    """Launched where `--flink_master localhost:8081` is right, the workers still get an address they reach."""
+    """Launched where `--flink_master localhost:8081` is right, the workers still get an address they reach; the
+    job, healthy, runs far longer than its 20 s stall bound and is not cancelled."""
     from pipelines.build_index import job
 
     corpus = many_documents(tmp_path / 'many')
@@ -115,7 +116,8 @@ def test_a_build_launched_on_the_jobmanager_host_with_a_localhost_master_reports
     prefix = f's3://{BUCKET}/on-jobmanager'
     remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
     flags = [f if f != flink_hosts.master else 'localhost:8081' for f in flink_hosts.build_flags()]
-    done = build(flink_hosts, 'jobmanager', remote_corpus, f'{prefix}/index', 'j1', *PROGRESS, *flags)
+    done = build(flink_hosts, 'jobmanager', remote_corpus, f'{prefix}/index', 'j1', *PROGRESS, *flags,
+                 '--engine_stall_timeout', '20')
     assert done.returncode == 0, done.stderr[-3000:]
     assert f'the workers send them to {flink_hosts.hosts["jobmanager"].address}:' in done.stderr
     assert max(live_chunk_counts(done.stderr), default=0) > 0, done.stderr[-3000:]
