@@ -8,7 +8,11 @@ runs in the same Python installation as the launcher (one machine, or hosts
 with the same install): it asks the runner's provision service for the
 pipeline options and endpoints, then runs Beam's own
 `apache_beam.runners.worker.sdk_worker_main`. Staged artifacts are not
-installed: ragsieve and its models are already installed here.
+installed: ragsieve and its models are already installed here. So the
+worker gets no scratch directory unless the runner names one: Beam's
+worker only reads it (the staged artifacts, a pickled main session), and a
+directory made per worker was left behind by each one (this process
+becomes the worker: nothing of it runs after the worker exits).
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import Optional, Sequence
 
 
@@ -42,8 +45,9 @@ def worker_environment(info, worker_id: str, flags: argparse.Namespace, base: di
         'CONTROL_API_SERVICE_DESCRIPTOR': descriptor(info.control_endpoint.url or flags.control_endpoint),
         'LOGGING_API_SERVICE_DESCRIPTOR': descriptor(info.logging_endpoint.url or flags.logging_endpoint),
         'RUNNER_CAPABILITIES': ' '.join(info.runner_capabilities),
-        'SEMI_PERSISTENT_DIRECTORY': flags.semi_persistent_directory or tempfile.mkdtemp(prefix='ragsieve-sdk-'),
     })
+    if flags.semi_persistent_directory:
+        env['SEMI_PERSISTENT_DIRECTORY'] = flags.semi_persistent_directory
     if info.status_endpoint.url:
         env['STATUS_API_SERVICE_DESCRIPTOR'] = descriptor(info.status_endpoint.url)
     return env

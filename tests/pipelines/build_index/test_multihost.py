@@ -103,6 +103,9 @@ def test_a_build_across_hosts_gives_the_direct_runners_bytes_and_its_nightly_reb
     assert again.returncode == 0, again.stderr[-3000:]
     assert 'embedding 0 computed / 36 cached' in again.stderr, again.stderr[-3000:]
     assert data_files(download(flink_hosts, f'{prefix}/index/runs/m2', 'm2')) == data_files(first)
+    # The SDK workers leave no scratch directory on their hosts (each left a ragsieve-sdk-* one before).
+    for i in range(flink_hosts.settings.taskmanagers):
+        assert not list(flink_hosts.hosts[f'taskmanager-{i}'].tmp.glob('ragsieve-sdk-*'))
 
 
 def test_a_build_launched_on_the_jobmanager_host_with_a_localhost_master_reports_live_counts(

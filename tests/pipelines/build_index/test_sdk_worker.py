@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import tempfile
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_provision_api_pb2, endpoints_pb2
@@ -38,6 +39,14 @@ def test_the_environment_is_the_one_beams_worker_main_reads():
     # Beam's own worker main parses them back: the job's options reach the worker.
     options = sdk_worker_main._parse_pipeline_options(env['PIPELINE_OPTIONS']).get_all_options()
     assert json.loads(env['PIPELINE_OPTIONS']) and options['job_name'] == 'j'
+
+
+def test_without_a_scratch_directory_from_the_runner_none_is_made(tmp_path, monkeypatch):
+    """Flink's PROCESS environment names none: a directory made per worker was left behind by every worker."""
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    flags = sdk_worker.parse_flags([f for f in FLAGS if not f.startswith('--semi_persistent_directory')])
+    env = sdk_worker.worker_environment(provision_info(), flags.id, flags, {})
+    assert 'SEMI_PERSISTENT_DIRECTORY' not in env and list(tmp_path.iterdir()) == []
 
 
 def test_the_console_script_is_installed_next_to_this_python():
