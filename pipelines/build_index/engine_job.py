@@ -11,7 +11,7 @@ cancels the job before the build exits 130. Progress is the workers' live
 counts (`pipelines/build_index/progress.py`) once they are known to reach
 the launcher (a count arrived, or the workers run on this machine);
 until then, and beside them, Flink's own view of the job through its REST
-API (`flink_look`): a job whose tasks run, or whose vertices or record
+API (`flink_rest_api.look`): a job whose tasks run, or whose vertices or record
 counts move, makes progress. Where neither can be seen (a Spark master
 elsewhere before any count arrived, `--progress none` off Flink) nothing
 bounds the job but the engine, and the view says so (`stall_note`). The job
@@ -25,22 +25,19 @@ a Flink job server submits to the pipeline's `--flink_master`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import dataclasses
-import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.build_index import job_server, runners
+from pipelines.build_index import flink_rest_api, job_server, runners
 from pipelines.common.exits import JOB_FAILED
 
 LOG = logging.getLogger('ragsieve.build')
@@ -50,19 +47,17 @@ LOG = logging.getLogger('ragsieve.build')
 DEFAULT_STALL_SECONDS = 900.0
 # How often the launcher looks at the job's progress.
 POLL_SECONDS = 1.0
+# Seconds of a job's tasks running on the engine without a worker's count before the view says the workers do
+# not reach the launcher: longer than an SDK worker's start and model load on a busy host.
+SILENT_SECONDS = 45.0
+# Every how many looks at a Flink job its failures are read for one no restart mends.
+MENDLESS_EVERY = 5
 # How long a cancellation may take before the build ends anyway.
 CANCEL_SECONDS = 15.0
 # Runners that send the job to a job service (short names).
 JOB_SERVICE_RUNNERS = ('flink', 'spark', 'portable')
 # Embedded engines and job services: nothing to reach before the job starts.
 EMBEDDED = ('[local]', '[auto]', '[collection]', 'embed')
-# Flink's job states after which a job runs no more.
-FLINK_TERMINAL = ('FINISHED', 'FAILED', 'CANCELED', 'SUSPENDED')
-# A Flink vertex's metrics that move while its tasks exchange records.
-FLINK_METRICS = ('read-records', 'write-records', 'read-bytes', 'write-bytes')
-# A Flink vertex's states in which its tasks hold slots and work: deployed, opening (an SDK worker's start and
-# model load), running. CREATED and SCHEDULED wait for slots.
-FLINK_WORKING = ('DEPLOYING', 'INITIALIZING', 'RUNNING')
 # Beam's threads that read the job service's streams (apache_beam.runners.portability.portable_runner).
 BEAM_STREAM_THREADS = ('wait_until_finish_read',)
 
@@ -108,20 +103,6 @@ class LiveCounts:
     local: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineLook:
-    """What an engine shows of a job at one look.
-
-    Attributes:
-      running: Whether any of the job's tasks works (deployed, opening or running; not waiting for slots,
-        restarting or done).
-      progress: What moves while the job does: its state, its vertices' states and record counts.
-    """
-
-    running: bool
-    progress: object
-
-
 class Stall:
     """Whether a job's progress stood still for `timeout` seconds (0: never)."""
 
@@ -141,7 +122,33 @@ class Stall:
         return bool(self.timeout) and now - self._since >= self.timeout
 
 
-def judged(counts_reach: bool, counts, engine: Optional[EngineLook]) -> Optional[tuple[object, bool]]:
+class SilentWorkers:
+    """Says once that no worker's counts arrived while the engine showed the job's tasks running for `after`
+    seconds: the workers do not reach the launcher's address (`--progress_address`)."""
+
+    def __init__(self, after: float = SILENT_SECONDS):
+        self.after = after
+        self._running_since: Optional[float] = None
+        self._said = False
+
+    def note(self, live: Optional[LiveCounts], engine: Optional[flink_rest_api.EngineLook],
+             now: float) -> Optional[str]:
+        if self._said or live is None or live.local or live.arrived():
+            return None
+        if engine is None or not engine.running:
+            return None
+        if self._running_since is None:
+            self._running_since = now
+        if now - self._running_since < self.after:
+            return None
+        self._said = True
+        return (f"no worker's counts reached this launcher in {now - self._running_since:.0f} s of the job's "
+                'tasks running: the workers do not reach the address the view named; pass --progress_address '
+                'HOST[:PORT] with an address of this launcher they reach (the build goes on)')
+
+
+def judged(counts_reach: bool, counts,
+           engine: Optional[flink_rest_api.EngineLook]) -> Optional[tuple[object, bool]]:
     """`(progress, working)` the stall bound judges at one look; None: nothing to judge by.
 
     Where the workers' counts are known to reach the launcher, they are the
@@ -247,77 +254,26 @@ def flink_rest(options: PipelineOptions) -> Optional[str]:
     return f'http://{address[1]}:{address[2]}' if address else None
 
 
-def read_json(url: str, timeout: float = 5.0) -> Optional[dict]:
-    """The JSON object at `url`; None when nothing answers there or it is no JSON object."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            value = json.load(answer)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def flink_taskmanager_hosts(rest: str) -> list[str]:
-    """The hosts of the TaskManagers registered with Flink (from their RPC paths); [] when Flink does not answer."""
-    hosts = []
-    for manager in (read_json(f'{rest}/taskmanagers') or {}).get('taskmanagers', []):
-        # pekko.tcp://flink@HOST:PORT/user/rpc/taskmanager_0 (akka.tcp:// before Flink 1.18)
-        found = re.search(r'@(\[[^\]]+\]|[^:/@\[]+):\d+', str(manager.get('path', '')))
-        if found and found.group(1).strip('[]') not in hosts:
-            hosts.append(found.group(1).strip('[]'))
-    return hosts
-
-
-def flink_job_look(job: dict) -> EngineLook:
-    """What a job's details on Flink's REST API (`/jobs/JID`) say of its progress."""
-    vertices = [v for v in job.get('vertices', []) if isinstance(v, dict)]
-    running = job.get('state') == 'RUNNING' and any(v.get('status') in FLINK_WORKING for v in vertices)
-    moved = tuple((v.get('id'), v.get('status'), tuple((v.get('metrics') or {}).get(k) for k in FLINK_METRICS))
-                  for v in vertices)
-    return EngineLook(running, (job.get('state'), moved))
-
-
-def flink_latest_job(rest: str, name: str) -> Optional[str]:
-    """The id of the latest Flink job named `name`; None when Flink does not answer or runs no such job yet."""
-    jobs = [j for j in (read_json(f'{rest}/jobs/overview') or {}).get('jobs', []) if j.get('name') == name]
-    return max(jobs, key=lambda j: j.get('start-time') or 0).get('jid') if jobs else None
-
-
-def flink_look(rest: str, name: str) -> Optional[EngineLook]:
-    """Flink's view of the latest job named `name`; None when Flink does not answer or runs no such job yet."""
-    jid = flink_latest_job(rest, name)
-    job = read_json(f'{rest}/jobs/{jid}') if jid else None
-    return flink_job_look(job) if job else None
-
-
-def flink_failure_line(exceptions: dict) -> Optional[str]:
-    """The latest failure in a job's exception history (`/jobs/JID/exceptions`), in one line: the exception's
-    first line and where it happened (a lost TaskManager's id is in the first line)."""
-    entries = [e for e in (exceptions.get('exceptionHistory') or {}).get('entries', []) if isinstance(e, dict)]
-    if not entries:
-        return None
-    latest = max(entries, key=lambda e: e.get('timestamp') or 0)
-    first = next((line.strip() for line in str(latest.get('stacktrace') or '').splitlines() if line.strip()),
-                 str(latest.get('exceptionName') or 'an exception'))
-    where = (latest.get('taskManagerLocation') or {}) if isinstance(latest.get('taskManagerLocation'), dict) else {}
-    host = where.get('host') or latest.get('location')
-    return first[:400] + (f' (on {host})' if host else '')
+def flink_exceptions(options: PipelineOptions) -> Optional[dict]:
+    """Flink's exception history of the build's job (`/jobs/JID/exceptions`); None off Flink or before the job."""
+    rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
+    jid = flink_rest_api.latest_job(rest, name) if rest and name else None
+    return flink_rest_api.read_json(f'{rest}/jobs/{jid}/exceptions') if jid else None
 
 
 def flink_failure(options: PipelineOptions) -> Optional[str]:
-    """What Flink last recorded as the build's job's failure (`flink_failure_line`); None off Flink or without one."""
-    rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
-    jid = flink_latest_job(rest, name) if rest and name else None
-    exceptions = read_json(f'{rest}/jobs/{jid}/exceptions') if jid else None
-    return flink_failure_line(exceptions) if exceptions else None
+    """What Flink last recorded as the build's job's failure (`flink_rest_api.failure_line`); None off Flink or
+    without one."""
+    exceptions = flink_exceptions(options)
+    return flink_rest_api.failure_line(exceptions) if exceptions else None
 
 
-def engine_look(options: PipelineOptions) -> Optional[Callable[[], Optional[EngineLook]]]:
+def engine_look(options: PipelineOptions) -> Optional[Callable[[], Optional[flink_rest_api.EngineLook]]]:
     """How to look at the build's job on its engine: Flink's REST API, by the job's name; None elsewhere."""
     rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
     if not (rest and name):
         return None
-    return lambda: flink_look(rest, name)
+    return lambda: flink_rest_api.look(rest, name)
 
 
 def stall_note(options: PipelineOptions, local_counts: bool) -> Optional[str]:
@@ -333,19 +289,6 @@ def stall_note(options: PipelineOptions, local_counts: bool) -> Optional[str]:
         return None
     return (f'--engine_stall_timeout bounds the job only once a worker\'s counts reach this launcher: {kind} shows '
             'no job progress here')
-
-
-def cancel_on_flink(rest: str, name: str, timeout: float = 5.0) -> list[str]:
-    """Cancels the Flink jobs named `name` that still run, through Flink's REST API; returns their ids."""
-    with urllib.request.urlopen(f'{rest}/jobs/overview', timeout=timeout) as answer:
-        jobs = json.load(answer).get('jobs', [])
-    cancelled = []
-    for job in jobs:
-        if job.get('name') == name and job.get('state') not in FLINK_TERMINAL:
-            request = urllib.request.Request(f'{rest}/jobs/{job["jid"]}?mode=cancel', method='PATCH')
-            with urllib.request.urlopen(request, timeout=timeout):
-                cancelled.append(job['jid'])
-    return cancelled
 
 
 def cancel(result, options: PipelineOptions) -> str:
@@ -367,7 +310,7 @@ def cancel(result, options: PipelineOptions) -> str:
     rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
     if rest and name:
         try:
-            jobs = cancel_on_flink(rest, name)
+            jobs = flink_rest_api.cancel_jobs(rest, name)
             said.append(f'Flink job {", ".join(jobs)} cancelled' if jobs else 'no Flink job of it runs')
         except (OSError, ValueError) as e:
             said.append(f'Flink did not answer at {rest} ({e})')
@@ -421,7 +364,7 @@ class _DropJobErrors(logging.Filter):
 
 def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: float,
          clock: Callable[[], float] = time.monotonic, poll: float = POLL_SECONDS,
-         look: Optional[Callable[[], Optional[EngineLook]]] = None) -> None:
+         look: Optional[Callable[[], Optional[flink_rest_api.EngineLook]]] = None) -> None:
     """Waits for the job of `result` to finish; on a job service, bounds it and cancels what it leaves.
 
     Args:
@@ -453,20 +396,29 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
         except BaseException as e:  # handed to the launcher's thread
             ended['error'] = e
 
-    def stalled() -> bool:
-        engine_now = look() if look is not None else None
+    def stalled(engine_now: Optional[flink_rest_api.EngineLook]) -> bool:
         seen = judged(counts_reach(live, look is not None), live.counts() if live else None, engine_now)
         progress, working = seen or (None, True)  # nothing to judge by: the engine alone bounds the job
         return stall.stalled(progress, clock(), working=working)
 
-    stall = Stall(timeout, clock())
+    stall, silent = Stall(timeout, clock()), SilentWorkers()
     with quiet_job_messages():
         thread = threading.Thread(target=waiter, name='ragsieve-engine-wait', daemon=True)
         thread.start()
         try:
-            while thread.is_alive():
+            for looks in itertools.count(1):
                 thread.join(poll)
-                if thread.is_alive() and timeout and stalled():
+                if not thread.is_alive():
+                    break
+                if look is not None and looks % MENDLESS_EVERY == 0:
+                    mendless = flink_rest_api.missing_program_line(flink_exceptions(options) or {})
+                    if mendless:  # every restart fails the same way: minutes of them
+                        raise JobEnded(f'error: {mendless}: {cancel(result, options)}; nothing was published')
+                engine_now = look() if look is not None else None
+                said = silent.note(live, engine_now, clock())
+                if said:
+                    LOG.warning(said)
+                if timeout and stalled(engine_now):
                     failure = flink_failure(options)  # read before the cancellation adds its own
                     how = cancel(result, options)
                     last = f"; Flink's last failure: {failure}" if failure else ''

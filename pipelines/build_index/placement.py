@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.build_index import engine_job
+from pipelines.build_index import engine_job, flink_rest_api
 from transforms import storage
 
 # Filesystems every host of a cluster can mount: a local path on one of them is shared storage, and accepted.
@@ -69,7 +69,7 @@ def check(options: PipelineOptions, paths: dict) -> None:
       ValueError: One line naming the flag and its value.
     """
     check_job_server_reaches_flink(options, is_this_machine)
-    workers = remote_workers(options, engine_job.flink_taskmanager_hosts, is_this_machine)
+    workers = remote_workers(options, flink_rest_api.taskmanager_hosts, is_this_machine)
     if workers is None:
         return
     check_store_endpoint(options.get_all_options().get('s3_endpoint_url'), workers)

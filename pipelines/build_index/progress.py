@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.build_index import engine_job, runners
+from pipelines.build_index import engine_job, flink_rest_api, runners
 from pipelines.common.progress import View
 from pipelines.common.progress_meters import Meter
 from transforms import progress as counts
@@ -311,7 +311,7 @@ def progress_address(options: PipelineOptions) -> tuple[str, int]:
     if not engine_job.engine(options) or host == '[local]' or environment_type(options) == 'LOOPBACK':
         return '127.0.0.1', 0
     rest = engine_job.flink_rest(options)
-    hosts = (engine_job.flink_taskmanager_hosts(rest) if rest else []) or ([host] if host else [])
+    hosts = (flink_rest_api.taskmanager_hosts(rest) if rest else []) or ([host] if host else [])
     return choose_address(hosts), 0
 
 

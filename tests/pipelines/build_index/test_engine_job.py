@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli
-from pipelines.build_index import engine_job
+from pipelines.build_index import engine_job, flink_rest_api
 from pipelines.common import exits, failures
 
 
@@ -123,7 +123,7 @@ def test_a_job_whose_counts_never_arrive_is_not_cancelled_while_the_engine_shows
     def look():  # the same view at every look, a task running, for 20 looks 10 s apart (a 5 s bound)
         if next(looks) == 20:
             result.end()
-        return engine_job.EngineLook(running=True, progress=('RUNNING', ()))
+        return flink_rest_api.EngineLook(running=True, progress=('RUNNING', ()))
 
     engine_job.wait(result, flink(), unseen(lambda: {}), 5, clock=seconds_apart(10), poll=0.01, look=look)
     assert not result.cancelled.is_set()
@@ -132,7 +132,7 @@ def test_a_job_whose_counts_never_arrive_is_not_cancelled_while_the_engine_shows
 def test_a_job_that_waits_on_the_engine_is_cancelled_though_no_count_arrives():
     """No task runs (no slot for it) and nothing moves: the engine's view is the progress, and it stood still."""
     result = FakeResult()
-    waiting = engine_job.EngineLook(running=False, progress=('RUNNING', (('v1', 'SCHEDULED', (0, 0, 0, 0)),)))
+    waiting = flink_rest_api.EngineLook(running=False, progress=('RUNNING', (('v1', 'SCHEDULED', (0, 0, 0, 0)),)))
     with pytest.raises(engine_job.JobEnded, match=r'^error: the job made no progress on flink for 60 s'):
         engine_job.wait(result, flink(), unseen(lambda: {}), 60, clock=seconds_apart(10), poll=0.01,
                         look=lambda: waiting)
@@ -140,7 +140,7 @@ def test_a_job_that_waits_on_the_engine_is_cancelled_though_no_count_arrives():
 
 
 def test_the_stall_bound_judges_counts_that_reach_the_launcher_else_the_engine():
-    working = engine_job.EngineLook(running=True, progress='p')
+    working = flink_rest_api.EngineLook(running=True, progress='p')
     # Counts known to reach: they are the progress, the engine's moves beside them; a running task is no excuse.
     assert engine_job.judged(True, {'a': 1}, working) == (({'a': 1}, 'p'), False)
     assert engine_job.judged(True, {'a': 1}, None) == (({'a': 1}, None), False)
@@ -173,23 +173,6 @@ def test_a_working_engine_restarts_the_stall_clock():
     stall = engine_job.Stall(10, now=0)
     assert not stall.stalled('p', 0) and not stall.stalled('p', 9, working=True)
     assert not stall.stalled('p', 18) and stall.stalled('p', 19)
-
-
-def test_flinks_view_of_a_job_running_waiting_or_moving():
-    def job(state, *vertices):
-        return {'state': state, 'vertices': [{'id': f'v{i}', 'status': status, 'metrics': {'read-records': n}}
-                                             for i, (status, n) in enumerate(vertices)]}
-
-    running = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('RUNNING', 0)))
-    assert running.running
-    # An SDK worker starting, its models loading: the task holds its slot and works.
-    assert engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('INITIALIZING', 0))).running
-    waiting = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('SCHEDULED', 0)))
-    assert not waiting.running and waiting.progress != running.progress
-    assert not engine_job.flink_job_look(job('RESTARTING', ('RUNNING', 0))).running
-    moved = engine_job.flink_job_look(job('RUNNING', ('FINISHED', 5), ('SCHEDULED', 3)))
-    assert moved.progress != waiting.progress
-    assert engine_job.flink_job_look({}) == engine_job.EngineLook(False, (None, ()))
 
 
 def test_the_stall_bound_says_when_it_cannot_see_the_job():
@@ -409,16 +392,16 @@ def test_a_job_server_that_could_not_reach_flink_is_one_line_naming_both():
         engine_job.wait(result, portable(), None, 900, poll=0.05)
 
 
-def test_flink_failure_line_is_the_latest_failure_and_where_it_happened():
-    """Flink 1.19's `/jobs/JID/exceptions` (its exception history, latest last here) read into one line."""
-    heartbeat = ('java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out.\n'
-                 '\tat org.apache.flink.runtime.jobmaster.JobMaster...')
-    exceptions = {'root-exception': 'old', 'exceptionHistory': {'entries': [
-        {'exceptionName': 'java.lang.Exception', 'stacktrace': 'java.lang.Exception: earlier\n\tat x', 'timestamp': 1},
-        {'exceptionName': 'java.util.concurrent.TimeoutException', 'stacktrace': heartbeat, 'timestamp': 2,
-         'taskManagerLocation': {'host': 'taskmanager-0', 'port': 6121}},
-    ], 'truncated': False}}
-    assert engine_job.flink_failure_line(exceptions) == (
-        'java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out. (on taskmanager-0)')
-    assert engine_job.flink_failure_line({'exceptionHistory': {'entries': []}}) is None
-    assert engine_job.flink_failure_line({'exceptionHistory': {'entries': [{'timestamp': 3}]}}) == 'an exception'
+def test_counts_that_never_arrive_while_the_job_runs_are_said_once():
+    working = flink_rest_api.EngineLook(running=True, progress='p')
+    waiting = flink_rest_api.EngineLook(running=False, progress='q')
+    silent = engine_job.SilentWorkers(after=30)
+    away = engine_job.LiveCounts(lambda: {}, arrived=lambda: False, local=False)
+    assert silent.note(away, waiting, 0) is None  # the tasks wait for slots: no worker runs to send counts
+    assert silent.note(away, working, 10) is None and silent.note(away, working, 39) is None
+    said = silent.note(away, working, 40)
+    assert said.startswith("no worker's counts reached this launcher in 30 s") and '--progress_address' in said
+    assert silent.note(away, working, 80) is None  # once
+    arrived = engine_job.LiveCounts(lambda: {}, arrived=lambda: True, local=False)
+    assert engine_job.SilentWorkers(after=30).note(arrived, working, 0) is None
+    assert engine_job.SilentWorkers(after=0).note(arrived, working, 100) is None

@@ -130,14 +130,14 @@ def test_the_route_to_the_loopback_is_the_loopback():
 
 def test_flinks_taskmanagers_decide_the_address_on_the_jobmanagers_host(monkeypatch):
     """The issue's case: the launcher on the JobManager's host, --flink_master localhost:8081, TaskManagers away."""
-    from pipelines.build_index import engine_job
+    from pipelines.build_index import flink_rest_api
 
     answers = {'http://localhost:8081/taskmanagers': {'taskmanagers': [
         {'id': 'tm-1', 'path': 'pekko.tcp://flink@10.0.0.3:6122/user/rpc/taskmanager_0'},
         {'id': 'tm-2', 'path': 'akka.tcp://flink@tm-2.cluster:6122/user/rpc/taskmanager_0'},
         {'id': 'tm-3', 'path': 'pekko.tcp://flink@[fd00::4]:6122/user/rpc/taskmanager_0'}]}}
-    monkeypatch.setattr(engine_job, 'read_json', lambda url, timeout=5.0: answers.get(url))
-    assert engine_job.flink_taskmanager_hosts('http://localhost:8081') == ['10.0.0.3', 'tm-2.cluster', 'fd00::4']
+    monkeypatch.setattr(flink_rest_api, 'read_json', lambda url, timeout=5.0: answers.get(url))
+    assert flink_rest_api.taskmanager_hosts('http://localhost:8081') == ['10.0.0.3', 'tm-2.cluster', 'fd00::4']
     asked = []
     monkeypatch.setattr(build_progress, 'route_address', lambda host: asked.append(host) or '10.0.0.1')
     assert build_progress.progress_address(flink_on('localhost:8081')) == ('10.0.0.1', 0)
