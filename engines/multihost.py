@@ -83,8 +83,9 @@ class FlinkHosts(flink.FlinkCluster):
         return f'jobserver:{JOB_PORT}'
 
     def portable_flags(self) -> list[str]:
-        """The flags that send a build to the shared job server on `jobserver`."""
-        return ['--runner', 'PortableRunner', '--job_endpoint', self.job_endpoint,
+        """The flags that send a build to the shared job server on `jobserver`, naming Flink's REST API too (so
+        the build looks at its job there, and cancels it there)."""
+        return ['--runner', 'PortableRunner', '--job_endpoint', self.job_endpoint, '--flink_master', self.master,
                 '--parallelism', str(self.settings.parallelism)]
 
     def start(self, timeout: float = 180) -> 'FlinkHosts':
@@ -166,7 +167,9 @@ class FlinkHosts(flink.FlinkCluster):
 
     def _start_job_server(self) -> None:
         self.launch_on('jobserver', 'jobserver', [
-            self.java, '-jar', str(self.job_server), '--flink-master', self.master, '--job-host', '0.0.0.0',
+            # --job-host names the host: the job server gives it as its artifact service's address, which the
+            # launcher dials (0.0.0.0 there sends it to its own host).
+            self.java, '-jar', str(self.job_server), '--flink-master', self.master, '--job-host', 'jobserver',
             '--job-port', str(JOB_PORT), '--artifact-port', str(ARTIFACT_PORT),
             '--expansion-port', str(EXPANSION_PORT)])
 

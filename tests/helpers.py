@@ -11,7 +11,10 @@ import builtins
 import contextlib
 import dataclasses
 import io
+import json
 import os
+import random
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -1178,3 +1181,21 @@ def prune_while_read(monkeypatch, root: str) -> list:
 
     monkeypatch.setattr(storage, 'open_read', racing_build)
     return opened
+
+
+def many_documents(directory: Path, n: int = 300) -> Path:
+    """`n` documents of four sentences each, drawn from the sample corpus by a seeded sample; every tenth repeats
+    an earlier one word for word (the filters' work). Same `n`, same bytes."""
+    text = ' '.join(p.read_text(errors='replace') for p in sorted((REPO / 'sample_corpus').rglob('*.md')))
+    text += ' ' + (REPO / 'sample_corpus' / 'history.txt').read_text()
+    text += ' ' + ' '.join(json.loads(line)['text'] for line in open(REPO / 'sample_corpus' / 'notes.jsonl'))
+    sentences = sorted({s.strip() for s in re.split(r'(?<=[.!?])\s+', text) if len(s.split()) >= 6})
+    docs = []
+    for i in range(n):
+        picked = random.Random(i).sample(sentences, 4)
+        docs.append(docs[i - 5] if i % 10 == 9 else {'text': f'Note {i}. ' + ' '.join(picked)})
+    directory.mkdir(parents=True)
+    with open(directory / 'notes.jsonl', 'w') as f:
+        for i, doc in enumerate(docs):
+            f.write(json.dumps({'id': f'doc-{i:04d}', 'text': doc['text']}) + '\n')
+    return directory

@@ -49,7 +49,7 @@ DEFAULT_STALL_SECONDS = 900.0
 POLL_SECONDS = 1.0
 # Seconds of a job's tasks running on the engine without a worker's count before the view says the workers do
 # not reach the launcher: longer than an SDK worker's start and model load on a busy host.
-SILENT_SECONDS = 45.0
+SILENT_SECONDS = 30.0
 # Every how many looks at a Flink job its failures are read for one no restart mends.
 MENDLESS_EVERY = 5
 # How long a cancellation may take before the build ends anyway.
@@ -143,7 +143,7 @@ class SilentWorkers:
             return None
         self._said = True
         return (f"no worker's counts reached this launcher in {now - self._running_since:.0f} s of the job's "
-                'tasks running: the workers do not reach the address the view named; pass --progress_address '
+                'tasks running: where the workers cannot reach the address the view named, pass --progress_address '
                 'HOST[:PORT] with an address of this launcher they reach (the build goes on)')
 
 

@@ -8,6 +8,8 @@ can be known then (no Flink job is submitted); a job server that cannot
 reach Flink is one line naming both after the job server gave up.
 """
 
+import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -23,8 +25,6 @@ from tests.helpers import BUCKET, REPO
 PREFIX = f's3://{BUCKET}/misplaced'
 # The refusal every misplaced path ends in.
 SHARED_STORAGE = 'it must be on storage every worker reaches (s3://, gs://, or a shared mount)'
-# The harness's job server listens on 0.0.0.0 and gives that as its artifact service's host: named here.
-ARTIFACTS = ('--artifact_endpoint', 'jobserver:8098')
 
 
 def build(cluster, host, *flags, env=None, timeout=900):
@@ -42,7 +42,9 @@ def jobs(cluster) -> dict:
 def error_line(done) -> str:
     """The build's one line; no traceback came before it."""
     assert 'Traceback' not in done.stderr, done.stderr[-3000:]
-    return done.stderr.strip().splitlines()[-1]
+    lines = [line for line in done.stderr.splitlines() if line.startswith('ragsieve build:')]
+    assert len(lines) == 1, done.stderr[-3000:]
+    return lines[0]
 
 
 @pytest.fixture(scope='module')
@@ -102,7 +104,7 @@ def test_a_loopback_flink_master_for_a_job_server_on_another_host_is_refused_bef
     c = flink_hosts
     before = jobs(c)
     done = build(c, 'jobmanager', '--input', corpus, '--output', f'{PREFIX}/loopback-master', *c.portable_flags(),
-                 *ARTIFACTS, '--flink_master', 'localhost:8081')
+                 '--flink_master', 'localhost:8081')
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_line(done).startswith(
         'ragsieve build: error: --flink_master localhost:8081: a loopback address, but the job server at '
@@ -111,17 +113,33 @@ def test_a_loopback_flink_master_for_a_job_server_on_another_host_is_refused_bef
 
 
 def test_a_job_server_that_gives_a_wildcard_artifact_address_is_one_line_naming_the_flag_to_pass(flink_hosts, corpus):
-    """A job server started with `--job-host 0.0.0.0` gives 0.0.0.0:8098 for staging the job's artifacts: the launcher
-    dials its own host. Was: exit 1, gRPC's traceback (`ipv4:0.0.0.0:8098: ... Connection refused`)."""
+    """A job server started with `--job-host 0.0.0.0` gives 0.0.0.0:8298 for staging the job's artifacts: the launcher
+    dials its own host. Was: exit 1, gRPC's traceback (`ipv4:0.0.0.0:8298: ... Connection refused`)."""
     c = flink_hosts
     before = jobs(c)
-    done = build(c, 'launcher', '--input', corpus, '--output', f'{PREFIX}/wildcard', *c.portable_flags())
+    with job_server(c, 'jobserver', 'wildcard-jobserver', c.master, 8299):
+        done = build(c, 'launcher', '--input', corpus, '--output', f'{PREFIX}/wildcard', '--runner', 'PortableRunner',
+                     '--job_endpoint', 'jobserver:8299', '--flink_master', c.master, '--parallelism', '2')
     assert done.returncode == 2, done.stderr[-3000:]
     assert error_line(done) == (
-        "ragsieve build: error: the job server at jobserver:8099 (--job_endpoint) gave 0.0.0.0:8098 as its artifact "
-        "service's address, which names no host (UNAVAILABLE): pass --artifact_endpoint jobserver:8098, or start the "
+        "ragsieve build: error: the job server at jobserver:8299 (--job_endpoint) gave 0.0.0.0:8298 as its artifact "
+        "service's address, which names no host (UNAVAILABLE): pass --artifact_endpoint jobserver:8298, or start the "
         "job server with --job-host set to its host's name")
     assert jobs(c) == before
+
+
+@contextlib.contextmanager
+def job_server(c, host: str, name: str, flink_master: str, port: int):
+    """Beam's Flink job server on `host`, listening on 0.0.0.0 at `port` (artifacts `port - 1`), for the test."""
+    c.launch_on(host, name, [c.java, '-jar', str(c.job_server), '--flink-master', flink_master, '--job-host', '0.0.0.0',
+                             '--job-port', str(port), '--artifact-port', str(port - 1), '--expansion-port', str(port - 2)])
+    try:
+        processes.wait_until(lambda: c.call('launcher', answers, c.hosts[host].address, port),
+                             {name: c.daemons[name]}, {name: c.logs[name]}, 120, 'job server listening')
+        yield
+    finally:
+        processes.stop(c.daemons.pop(name))
+        c.logs.pop(name)
 
 
 def answers(address: str, port: int) -> bool:
@@ -137,20 +155,11 @@ def test_a_job_server_that_cannot_reach_flink_ends_the_build_in_one_line_naming_
     for about a minute, then fails the job. Was: exit 6, 'the engine ended job BeamApp-... FAILED:
     java.net.ConnectException: Connection refused', naming neither the job server nor the address."""
     c = flink_hosts
-    name = 'misplaced-jobserver'
-    c.launch_on('launcher', name, [c.java, '-jar', str(c.job_server), '--flink-master', 'localhost:8081',
-                                   '--job-host', '0.0.0.0', '--job-port', '8199', '--artifact-port', '8198',
-                                   '--expansion-port', '8197'])
-    try:
-        processes.wait_until(lambda: c.call('launcher', answers, c.hosts['launcher'].address, 8199),
-                             {name: c.daemons[name]}, {name: c.logs[name]}, 120, 'job server listening')
+    with job_server(c, 'launcher', 'misplaced-jobserver', 'localhost:8081', 8199):
         started = time.monotonic()
         done = build(c, 'launcher', '--input', corpus, '--output', f'{PREFIX}/unreached', '--runner', 'PortableRunner',
                      '--job_endpoint', 'launcher:8199', '--parallelism', '2')
         took = time.monotonic() - started
-    finally:
-        processes.stop(c.daemons.pop(name))
-        c.logs.pop(name)
     assert done.returncode == 6, done.stderr[-3000:]
     assert error_line(done).startswith(
         'ragsieve build: error: the job server at launcher:8199 (--job_endpoint) could not reach Flink at '
@@ -167,7 +176,7 @@ def test_ctrl_c_cancels_a_portable_builds_job_on_flink_through_its_rest_api(flin
     log = c.hosts['launcher'].tmp / 'ctrl-c.log'
     process = c.hosts.popen('launcher', [
         sys.executable, '-m', 'pipelines.cli', 'build', '--chunk_size', '64', '--input', corpus,
-        '--output', f'{PREFIX}/ctrl-c', *c.portable_flags(), *ARTIFACTS, '--flink_master', c.master], log, c.store_env,
+        '--output', f'{PREFIX}/ctrl-c', *c.portable_flags()], log, c.store_env,
         cwd=str(REPO))
     try:
         deadline = time.monotonic() + 300
@@ -190,3 +199,52 @@ def test_ctrl_c_cancels_a_portable_builds_job_on_flink_through_its_rest_api(flin
         time.sleep(0.5)
     assert jobs(c)[running[0]] == 'CANCELED', log.read_text()[-3000:]
     assert 'Flink job' in log.read_text() and 'cancelled' in log.read_text()
+
+
+def test_a_worker_command_missing_on_a_taskmanager_host_is_one_line_naming_it_and_the_host(flink_hosts, corpus):
+    """taskmanager-1's install lacks the venv's bin/ (the SDK worker's command): the job fails there at each of
+    the cluster's restarts. Was: minutes of restarts, then exit 6 with 'java.io.IOException: error=2, No such
+    file or directory', naming neither the program nor the host."""
+    c = flink_hosts
+
+    def restart_taskmanager_1() -> None:
+        processes.kill(c.daemons['taskmanager-1'])
+        c.start_taskmanager(1)
+        c.wait_for_taskmanagers(2)
+
+    c.hosts.hide('taskmanager-1', os.path.join(sys.prefix, 'bin'))
+    try:
+        restart_taskmanager_1()
+        started = time.monotonic()
+        done = build(c, 'launcher', '--input', corpus, '--output', f'{PREFIX}/no-worker', *c.build_flags())
+        took = time.monotonic() - started
+    finally:
+        c.hosts.hidden.pop('taskmanager-1')
+        restart_taskmanager_1()
+    assert done.returncode == 6, done.stderr[-3000:]
+    command = os.path.join(sys.prefix, 'bin', 'ragsieve-sdk-worker')
+    assert error_line(done).startswith(
+        f'ragsieve build: error: the SDK worker command {command} cannot run on TaskManager taskmanager-1 '
+        '(No such file or directory): install ragsieve at the same path on every worker host'), done.stderr[-3000:]
+    print(f'failed in {took:.1f} s')
+
+
+def test_a_launcher_address_the_workers_cannot_reach_is_one_line_naming_the_flag_and_the_build_goes_on(
+        flink_hosts):
+    """`--progress_address` names an address on the cluster's network where no host is: no count arrives. The view
+    says so once the job's tasks ran 30 s without one, naming the flag; the job is not cancelled. Was: silence,
+    and progress lines of zeros to the end."""
+    from tests.helpers import many_documents
+
+    c = flink_hosts
+    many_documents(c.hosts['launcher'].tmp / 'many', n=1500)
+    url = f'{PREFIX}/many'
+    done = c.hosts.run('launcher', [
+        sys.executable, '-c', 'import sys; from tests.helpers import upload; upload(sys.argv[1], sys.argv[2])',
+        '/tmp/many', url], env=c.store_env, cwd=str(REPO))
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = build(c, 'launcher', '--input', url, '--output', f'{PREFIX}/unheard', '--progress_address', '10.47.0.250',
+                 *c.build_flags())
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "no worker's counts reached this launcher" in line]
+    assert len(said) == 1 and 'pass --progress_address HOST[:PORT]' in said[0], done.stderr[-3000:]

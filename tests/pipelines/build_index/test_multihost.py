@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import BUCKET, REPO, data_files, same_build
+from tests.helpers import BUCKET, REPO, data_files, many_documents, same_build
 
 FLAGS = ['--chunk_size', '64']
 PROGRESS = ['--progress', 'log', '--progress_interval', '1']
@@ -63,26 +63,6 @@ def download(cluster, url: str, name: str) -> Path:
 def live_chunk_counts(stderr: str) -> list[int]:
     return [int(n) for line in stderr.splitlines() if 'ragsieve.build: progress ' in line
             for n in re.findall(r'; chunk (\d+) chunks;', line)]
-
-
-def many_documents(directory: Path, n: int = 300) -> Path:
-    """`n` documents of four sentences each, drawn from the sample corpus by a seeded sample; every tenth repeats
-    an earlier one word for word (the filters' work). Same `n`, same bytes."""
-    import random
-
-    text = ' '.join(p.read_text(errors='replace') for p in sorted((REPO / 'sample_corpus').rglob('*.md')))
-    text += ' ' + (REPO / 'sample_corpus' / 'history.txt').read_text()
-    text += ' ' + ' '.join(json.loads(line)['text'] for line in open(REPO / 'sample_corpus' / 'notes.jsonl'))
-    sentences = sorted({s.strip() for s in re.split(r'(?<=[.!?])\s+', text) if len(s.split()) >= 6})
-    docs = []
-    for i in range(n):
-        picked = random.Random(i).sample(sentences, 4)
-        docs.append(docs[i - 5] if i % 10 == 9 else {'text': f'Note {i}. ' + ' '.join(picked)})
-    directory.mkdir(parents=True)
-    with open(directory / 'notes.jsonl', 'w') as f:
-        for i, doc in enumerate(docs):
-            f.write(json.dumps({'id': f'doc-{i:04d}', 'text': doc['text']}) + '\n')
-    return directory
 
 
 def test_a_build_across_hosts_gives_the_direct_runners_bytes_and_its_nightly_rebuild_embeds_nothing(
@@ -147,6 +127,29 @@ def embedding_taskmanager(cluster):
     return working[0] if working else None
 
 
+def build_losing_a_host(cluster, corpus, root, run_id, *flags):
+    """Builds from the launcher, cutting the host of the TaskManager that embeds once it does; the session's
+    cluster gets the host back after. Returns the build and the TaskManagers lost."""
+    lost = []
+
+    def cut_the_embedding_host(_process) -> bool:
+        i = embedding_taskmanager(cluster)
+        if i is None:
+            return False
+        cluster.cut_taskmanager(i)
+        lost.append(i)
+        return True
+
+    try:
+        done = build(cluster, 'launcher', corpus, root, run_id, *cluster.build_flags(), *flags,
+                     wait=cut_the_embedding_host)
+    finally:
+        for i in lost:
+            cluster.mend_taskmanager(i)
+        cluster.wait_for_taskmanagers(cluster.settings.taskmanagers)
+    return done, lost
+
+
 def test_a_lost_taskmanager_host_is_survived_with_the_same_bytes(flink_hosts, sample_root):
     """The host of the TaskManager that embeds is lost (link cut, every process SIGKILLed) while the other
     TaskManager has a free slot: Flink restarts the job there (the cluster's default restarts) and the build
@@ -154,28 +157,13 @@ def test_a_lost_taskmanager_host_is_survived_with_the_same_bytes(flink_hosts, sa
     corpus, direct_root = sample_root
     prefix = f's3://{BUCKET}/lost-host'
     remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
-    lost = []
-
-    def cut_the_embedding_host(_process) -> bool:
-        i = embedding_taskmanager(flink_hosts)
-        if i is None:
-            return False
-        flink_hosts.cut_taskmanager(i)
-        lost.append(i)
-        return True
-
-    started = time.monotonic()
-    try:
-        done = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'l1', *flink_hosts.build_flags(),
-                     '--parallelism', '1', wait=cut_the_embedding_host)
-    finally:
-        for i in lost:  # the session's cluster gets its host back
-            flink_hosts.mend_taskmanager(i)
-        flink_hosts.wait_for_taskmanagers(flink_hosts.settings.taskmanagers)
+    started, log = time.monotonic(), flink_hosts.logs['jobmanager']
+    logged = len(log.read_text())  # the session's cluster: this test's failovers are logged after
+    done, lost = build_losing_a_host(flink_hosts, remote_corpus, f'{prefix}/index', 'l1', '--parallelism', '1')
     assert lost and done.returncode == 0, done.stderr[-3000:]
     built = download(flink_hosts, f'{prefix}/index/runs/l1', 'l1')
     assert same_build(data_files(built), data_files(direct_root / 'runs' / 'r1'), remote_corpus, corpus)
-    failovers = flink_hosts.logs['jobmanager'].read_text().count('to RESTARTING')
+    failovers = log.read_text()[logged:].count('to RESTARTING')
     assert 1 <= failovers <= flink_hosts.settings.restart_attempts, failovers
     print(f'lost taskmanager-{lost[0]} host: {failovers} failovers, {time.monotonic() - started:.0f} s in all')
 
@@ -195,23 +183,7 @@ def test_a_lost_taskmanager_host_with_no_slot_left_is_one_line_naming_it(flink_h
     corpus, _ = sample_root
     prefix = f's3://{BUCKET}/no-slot'
     remote_corpus = upload(flink_hosts, corpus, f'{prefix}/corpus')
-    lost = []
-
-    def cut_a_host_once_both_embed(_process) -> bool:
-        i = embedding_taskmanager(flink_hosts)
-        if i is None:
-            return False
-        flink_hosts.cut_taskmanager(i)
-        lost.append(i)
-        return True
-
-    try:
-        done = build(flink_hosts, 'launcher', remote_corpus, f'{prefix}/index', 'n1', *flink_hosts.build_flags(),
-                     '--engine_stall_timeout', '60', wait=cut_a_host_once_both_embed)
-    finally:
-        for i in lost:
-            flink_hosts.mend_taskmanager(i)
-        flink_hosts.wait_for_taskmanagers(flink_hosts.settings.taskmanagers)
+    done, lost = build_losing_a_host(flink_hosts, remote_corpus, f'{prefix}/index', 'n1', '--engine_stall_timeout', '60')
     assert lost and done.returncode == 6, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith('ragsieve build:')]
     assert len(lines) == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
