@@ -151,11 +151,12 @@ class FlinkCluster(processes.Cluster):
             'classloader.resolve-order': 'parent-first',
         }
 
-    def resource_params(self, command: str) -> tuple[list[str], list[str]]:
-        """The JVM options and `-D` settings Flink's scripts compute for a daemon from config.yaml."""
+    def resource_params(self, command: str, conf: Optional[Path] = None) -> tuple[list[str], list[str]]:
+        """The JVM options and `-D` settings Flink's scripts compute for a daemon from config.yaml (in `conf`,
+        default the cluster's)."""
         done = subprocess.run(
             [self.java, '-cp', f'{self.dist / "bin" / "bash-java-utils.jar"}:{self.dist / "lib"}/*', BASH_JAVA_UTILS,
-             command, '--configDir', str(self.directory / 'conf')],
+             command, '--configDir', str(conf or self.directory / 'conf')],
             capture_output=True, text=True, check=True)
         results = [line.split(':', 1)[1] for line in done.stdout.splitlines()
                    if line.startswith('BASH_JAVA_UTILS_EXEC_RESULT:')]

@@ -35,9 +35,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 SUBNET = '10.47.0'
 INTERFACE = 'eth0'
@@ -280,7 +281,7 @@ def sweep() -> list[str]:
 
 # Linux's mount(2) and unshare(2) flags; Python 3.11's os has neither call.
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-CLONE_NEWUTS = 0x04000000
+CLONE_NEWUTS, CLONE_NEWNET = 0x04000000, 0x40000000
 
 
 def _libc_call(name: str, *args) -> None:
@@ -319,6 +320,35 @@ def enter(name: str, disk: Path, images: Sequence[str], cwd: str, argv: Sequence
     os.chdir(cwd)
     os.execvp(argv[0], list(argv))
 
+
+
+def call_in(namespace: str, function: Callable, *args):
+    """Runs `function(*args)` in a new thread that joined the network namespace `namespace`; its result.
+
+    A thread's network namespace is its own (setns(2) moves the calling
+    thread only), so this process's other threads stay where they were; the
+    thread's sockets are the host's (names resolve as this machine's, not the
+    host's /etc/hosts: use addresses).
+    """
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            fd = os.open(f'/run/netns/{namespace}', os.O_RDONLY)
+            try:
+                _libc_call('setns', fd, CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            result['value'] = function(*args)
+        except BaseException as e:  # handed to the caller
+            result['error'] = e
+
+    thread = threading.Thread(target=run, name=f'in-{namespace}')
+    thread.start()
+    thread.join()
+    if 'error' in result:
+        raise result['error']
+    return result['value']
 
 def _main(argv: Sequence[str]) -> None:
     import argparse

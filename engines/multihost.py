@@ -3,10 +3,10 @@
 Hosts: `storage` (MinIO), `jobmanager`, `jobserver` (Beam's Flink job
 server, for `--runner PortableRunner --job_endpoint jobserver:8099`),
 `taskmanager-0`, `taskmanager-1`, ... (one slot each by default), and
-`launcher`, where builds are started. Every daemon listens on all of its
-host's addresses at Flink's and MinIO's usual ports (each host has its
-own), reads its configuration from its own /tmp and logs there; its log is
-readable from this machine through `Host.outside`.
+`launcher`, where builds are started. The daemons listen at Flink's, Beam's
+and MinIO's usual ports (each host has its own), read their configuration
+from their host's /tmp and log there; a log is readable from this machine
+through `Host.outside`.
 
 The daemons are started as `engines.flink.FlinkCluster` starts them (the
 same configuration, memory settings and classpath), each on its host.
@@ -15,16 +15,16 @@ same configuration, memory settings and classpath), each on its host.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import yaml
 
-from engines import fetch, flink, hosts, objectstores, processes
+from engines import flink, hosts, objectstores, processes
 
 REST_PORT, RPC_PORT, BLOB_PORT, DATA_PORT = 8081, 6123, 6124, 6121
 JOB_PORT, ARTIFACT_PORT, EXPANSION_PORT = 8099, 8098, 8097
@@ -51,7 +51,7 @@ class FlinkHosts(flink.FlinkCluster):
 
     Raises:
       hosts.HostsUnavailable: Where this machine cannot make namespaces.
-      fetch.EngineMissing: Without Java, Flink, Beam's job server or MinIO.
+      engines.fetch.EngineMissing: Without Java, Flink, Beam's job server or MinIO.
     """
 
     def __init__(self, directory: Path, settings: flink.FlinkSettings = flink.FlinkSettings(),
@@ -104,8 +104,8 @@ class FlinkHosts(flink.FlinkCluster):
             self.start_taskmanager(i)
         self._start_job_server()
         self.wait_for_taskmanagers(self.settings.taskmanagers, timeout)
-        processes.wait_until(lambda: self.call('launcher', _answers, f'http://{self.hosts["jobserver"].address}',
-                                               JOB_PORT), self.daemons, self.logs, timeout, 'job server listening')
+        processes.wait_until(lambda: self.call('launcher', _listening, self.hosts['jobserver'].address, JOB_PORT),
+                             self.daemons, self.logs, timeout, 'job server listening')
         return self
 
     def config(self) -> dict:
@@ -117,14 +117,9 @@ class FlinkHosts(flink.FlinkCluster):
                 'taskmanager.bind-host': '0.0.0.0', 'taskmanager.data.port': DATA_PORT,
                 'io.tmp.dirs': '/tmp/flink/tmp', 'web.tmpdir': '/tmp/flink/tmp'}
 
-    def resource_params(self, command: str) -> tuple[list[str], list[str]]:
-        # Memory settings are computed here, from the JobManager host's copy of the configuration.
-        conf = self.hosts['jobmanager'].outside(CONF)
-        saved, self.directory = self.directory, conf.parent
-        try:
-            return super().resource_params(command)
-        finally:
-            self.directory = saved
+    def resource_params(self, command: str, conf: Optional[Path] = None) -> tuple[list[str], list[str]]:
+        """Computed here, from the JobManager host's copy of the configuration."""
+        return super().resource_params(command, conf or self.hosts['jobmanager'].outside(CONF))
 
     def start_taskmanager(self, i: int) -> None:
         """Starts TaskManager `i` on its host, named by its host (`taskmanager.host`)."""
@@ -151,7 +146,7 @@ class FlinkHosts(flink.FlinkCluster):
 
     def call(self, host: str, function: Callable, *args):
         """`function(*args)` in a thread inside `host`'s network namespace (its sockets are the host's)."""
-        return call_in(self.hosts[host].namespace, function, *args)
+        return hosts.call_in(self.hosts[host].namespace, function, *args)
 
     def launch_on(self, host: str, name: str, command: Sequence[str], env: Optional[dict] = None) -> None:
         """Starts daemon `name` on `host`, its output into the host's /tmp/flink/log/NAME.out."""
@@ -179,7 +174,7 @@ class FlinkHosts(flink.FlinkCluster):
                        {'MINIO_ROOT_USER': objectstores.MINIO_USER, 'MINIO_ROOT_PASSWORD': objectstores.MINIO_PASSWORD,
                         'MINIO_BROWSER': 'off'})
         url = f'http://{self.hosts["storage"].address}:{MINIO_PORT}/minio/health/ready'
-        processes.wait_until(lambda: self.call('launcher', _answers, url), self.daemons, self.logs, 60,
+        processes.wait_until(lambda: self.call('launcher', _http_ready, url), self.daemons, self.logs, 60,
                              'MinIO answering')
 
     def make_bucket(self, name: str) -> None:
@@ -200,7 +195,7 @@ _UPLOAD = ('import pathlib, sys; from transforms import storage; local, url = pa
 
 def start_detached(directory: Path, taskmanagers: int = 2) -> FlinkHosts:
     """Starts the hosts and the cluster for `python -m engines hosts start`: they outlive this process
-    (`stop_detached` removes them). MinIO gets the bucket `ragsieve` and the sample corpus (`SAMPLE_CORPUS`)."""
+    (`attached(directory).stop()` removes them). MinIO gets the bucket `ragsieve` and the sample corpus (`SAMPLE_CORPUS`)."""
     cluster = FlinkHosts(directory, flink.FlinkSettings(taskmanagers=taskmanagers), owner=None)
     try:
         cluster.start()
@@ -236,20 +231,18 @@ def run_detached(directory: Path, host: str, argv: Sequence[str]) -> int:
     return subprocess.run(made.command(host, argv, cwd=str(CHECKOUT)), env=made.environment(STORE_ENV)).returncode
 
 
-def _answers(url: str, port: Optional[int] = None) -> bool:
-    """Whether an HTTP server (or, with `port`, anything) answers at `url`."""
-    import socket
-
-    if port is not None:
-        host = url.split('//')[1]
-        try:
-            socket.create_connection((host, port), timeout=2).close()
-            return True
-        except OSError:
-            return False
+def _http_ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             return answer.status < 500
+    except OSError:
+        return False
+
+
+def _listening(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=2).close()
+        return True
     except OSError:
         return False
 
@@ -264,34 +257,3 @@ def _make_bucket(endpoint: str, name: str) -> None:
 def _taskmanagers(rest: str) -> int:
     overview = processes.read_json(f'{rest}/overview')
     return overview.get('taskmanagers', 0) if overview else 0
-
-
-def call_in(namespace: str, function: Callable, *args):
-    """Runs `function(*args)` in a new thread that joined the network namespace `namespace`; its result.
-
-    A thread's network namespace is its own (setns(2) moves the calling
-    thread only), so this process's other threads stay where they were.
-    """
-    import ctypes
-    import os
-
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            fd = os.open(f'/run/netns/{namespace}', os.O_RDONLY)
-            try:
-                if ctypes.CDLL(None, use_errno=True).setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-                    raise OSError(ctypes.get_errno(), f'setns into {namespace}')
-            finally:
-                os.close(fd)
-            result['value'] = function(*args)
-        except BaseException as e:  # handed to the caller
-            result['error'] = e
-
-    thread = threading.Thread(target=run, name=f'in-{namespace}')
-    thread.start()
-    thread.join()
-    if 'error' in result:
-        raise result['error']
-    return result['value']
