@@ -12,10 +12,11 @@ machine's /tmp or HOME is.
 
 A host's mounts live as long as its processes: `Hosts.stop` kills every
 process in each namespace, then deletes the namespaces, which takes their
-interfaces with them. Namespaces are named `rsv<PID>-<host>` after the
-process that made them (`rsvd<hash>-` for `python -m engines hosts`, which
-outlives its command); a harness that starts first deletes those whose
-process is gone, which a killed test run leaves behind.
+interfaces with them. Namespaces are named `rsv<PID>-<N>-<host>` after the
+process that made them and its Nth harness (one process may hold several:
+a test's beside the session's), `rsvd<hash>-<host>` for `python -m engines
+hosts`, which outlives its command; a harness that starts first deletes
+those whose process is gone, which a killed test run leaves behind.
 
 Needs root and iproute2's `ip netns` (`available` says why not). Imports
 only the standard library: `enter`, run by `python -I` inside a host, must
@@ -27,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -45,6 +47,7 @@ INTERFACE = 'eth0'
 SWITCH = 'switch'
 STATE_FILE = 'hosts.json'
 _NAME = re.compile(r'^rsv(\d+)-')
+_MADE = itertools.count()  # this process's harnesses, for distinct names
 _HOST = re.compile(r'^[a-z][a-z0-9-]{0,30}$')
 # What a process may keep of the caller's environment inside a host.
 KEPT_ENV = ('PATH', 'LANG', 'LC_ALL', 'JAVA_HOME', 'TZ')
@@ -123,7 +126,7 @@ class Hosts:
             raise ValueError(f'host names {list(names)}: distinct, lowercase letters, digits and dashes')
         self.directory = Path(directory).resolve()
         self.owner = os.getpid() if owner == -1 else owner
-        prefix = (f'rsv{self.owner}' if self.owner is not None else
+        prefix = (f'rsv{self.owner}-{next(_MADE)}' if self.owner is not None else
                   f'rsvd{hashlib.sha256(str(self.directory).encode()).hexdigest()[:8]}')
         self.switch = f'{prefix}-{SWITCH}'
         self.hosts = {name: Host(name, f'{SUBNET}.{i + 2}', f'{prefix}-{name}', self.directory / name)

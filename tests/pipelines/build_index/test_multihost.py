@@ -43,12 +43,15 @@ def build(cluster, host, corpus, root, run_id, *flags, wait=None):
 
 def upload(cluster, local: Path, url: str) -> str:
     """Copies `local` onto the launcher's disk, then from there to `url` on MinIO."""
-    staged = cluster.hosts['launcher'].tmp / 'upload' / local.name
+    name = re.sub(r'[^a-z0-9]+', '-', url)
+    staged = cluster.hosts['launcher'].tmp / 'upload' / name
     shutil.copytree(local, staged)
-    done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import upload; upload(*sys.argv[1:])',
-                                         f'/tmp/upload/{local.name}', url])
+    try:
+        done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import upload; '
+                                             'upload(*sys.argv[1:])', f'/tmp/upload/{name}', url])
+    finally:
+        shutil.rmtree(staged)
     assert done.returncode == 0, done.stderr[-2000:]
-    shutil.rmtree(staged)
     return url
 
 
