@@ -3,6 +3,8 @@
 import json
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,10 @@ from engines import state
 @pytest.fixture
 def sleeper():
     process = subprocess.Popen(['sleep', '300'], start_new_session=True)
+    # /proc/PID/cmdline reads empty for an instant around the exec (once, on a loaded CI machine): until it names
+    # the command, the process is not yet the one the tests record.
+    while Path(f'/proc/{process.pid}/cmdline').read_bytes() != b'sleep\x00300\x00':
+        time.sleep(0.01)
     yield process
     process.kill()
     process.wait()
