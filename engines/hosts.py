@@ -324,7 +324,6 @@ def enter(name: str, disk: Path, images: Sequence[str], cwd: str, argv: Sequence
     os.execvp(argv[0], list(argv))
 
 
-
 def call_in(namespace: str, function: Callable, *args):
     """Runs `function(*args)` in a new thread that joined the network namespace `namespace`; its result.
 
