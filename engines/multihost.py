@@ -18,7 +18,6 @@ import json
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -104,7 +103,7 @@ class FlinkHosts(flink.FlinkCluster):
             self.start_taskmanager(i)
         self._start_job_server()
         self.wait_for_taskmanagers(self.settings.taskmanagers, timeout)
-        processes.wait_until(lambda: self.call('launcher', _listening, self.hosts['jobserver'].address, JOB_PORT),
+        processes.wait_until(lambda: self.call('launcher', listening, self.hosts['jobserver'].address, JOB_PORT),
                              self.daemons, self.logs, timeout, 'job server listening')
         return self
 
@@ -174,7 +173,7 @@ class FlinkHosts(flink.FlinkCluster):
                        {'MINIO_ROOT_USER': objectstores.MINIO_USER, 'MINIO_ROOT_PASSWORD': objectstores.MINIO_PASSWORD,
                         'MINIO_BROWSER': 'off'})
         url = f'http://{self.hosts["storage"].address}:{MINIO_PORT}/minio/health/ready'
-        processes.wait_until(lambda: self.call('launcher', _http_ready, url), self.daemons, self.logs, 60,
+        processes.wait_until(lambda: self.call('launcher', objectstores.http_ready, url), self.daemons, self.logs, 60,
                              'MinIO answering')
 
     def make_bucket(self, name: str) -> None:
@@ -195,7 +194,8 @@ _UPLOAD = ('import pathlib, sys; from transforms import storage; local, url = pa
 
 def start_detached(directory: Path, taskmanagers: int = 2) -> FlinkHosts:
     """Starts the hosts and the cluster for `python -m engines hosts start`: they outlive this process
-    (`attached(directory).stop()` removes them). MinIO gets the bucket `ragsieve` and the sample corpus (`SAMPLE_CORPUS`)."""
+    (`attached(directory).stop()` removes them). MinIO gets the bucket `ragsieve` and the sample corpus
+    (`SAMPLE_CORPUS`)."""
     cluster = FlinkHosts(directory, flink.FlinkSettings(taskmanagers=taskmanagers), owner=None)
     try:
         cluster.start()
@@ -231,15 +231,8 @@ def run_detached(directory: Path, host: str, argv: Sequence[str]) -> int:
     return subprocess.run(made.command(host, argv, cwd=str(CHECKOUT)), env=made.environment(STORE_ENV)).returncode
 
 
-def _http_ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status < 500
-    except OSError:
-        return False
-
-
-def _listening(address: str, port: int) -> bool:
+def listening(address: str, port: int) -> bool:
+    """Whether anything accepts a TCP connection at `address:port` (from the calling thread's namespace)."""
     try:
         socket.create_connection((address, port), timeout=2).close()
         return True

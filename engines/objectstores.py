@@ -89,7 +89,8 @@ def build(server: GoServer) -> Path:
     return server.binary
 
 
-def _ready(url: str) -> bool:
+def http_ready(url: str) -> bool:
+    """Whether an HTTP server answers at `url` (any status below 500)."""
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             return answer.status < 500
@@ -119,7 +120,7 @@ class MinioServer:
                    '--address', f'127.0.0.1:{self.port}', '--console-address', f'127.0.0.1:{self.console}']
         self.process = processes.start(command, self.log, {
             'MINIO_ROOT_USER': MINIO_USER, 'MINIO_ROOT_PASSWORD': MINIO_PASSWORD, 'MINIO_BROWSER': 'off'})
-        processes.wait_until(lambda: _ready(f'{self.endpoint}/minio/health/ready'), {'minio': self.process},
+        processes.wait_until(lambda: http_ready(f'{self.endpoint}/minio/health/ready'), {'minio': self.process},
                              {'minio': self.log}, timeout, 'MinIO answering')
         return self
 
@@ -161,7 +162,7 @@ class FakeGcsServer:
                    '-backend', 'memory', '-log-level', 'warn', '-external-url', self.endpoint,
                    '-public-host', f'127.0.0.1:{self.proxy.port}']
         self.process = processes.start(command, self.log)
-        processes.wait_until(lambda: _ready(f'http://127.0.0.1:{self.port}/storage/v1/b'),
+        processes.wait_until(lambda: http_ready(f'http://127.0.0.1:{self.port}/storage/v1/b'),
                              {'fake-gcs-server': self.process}, {'fake-gcs-server': self.log}, timeout,
                              'fake-gcs-server answering')
         return self

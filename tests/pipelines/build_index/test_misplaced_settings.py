@@ -12,14 +12,13 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from engines import processes
+from engines import multihost, processes
 from tests.helpers import BUCKET, REPO
 
 PREFIX = f's3://{BUCKET}/misplaced'
@@ -131,23 +130,16 @@ def test_a_job_server_that_gives_a_wildcard_artifact_address_is_one_line_naming_
 @contextlib.contextmanager
 def job_server(c, host: str, name: str, flink_master: str, port: int):
     """Beam's Flink job server on `host`, listening on 0.0.0.0 at `port` (artifacts `port - 1`), for the test."""
-    c.launch_on(host, name, [c.java, '-jar', str(c.job_server), '--flink-master', flink_master, '--job-host', '0.0.0.0',
-                             '--job-port', str(port), '--artifact-port', str(port - 1), '--expansion-port', str(port - 2)])
+    c.launch_on(host, name, [c.java, '-jar', str(c.job_server), '--flink-master', flink_master,
+                             '--job-host', '0.0.0.0', '--job-port', str(port), '--artifact-port', str(port - 1),
+                             '--expansion-port', str(port - 2)])
     try:
-        processes.wait_until(lambda: c.call('launcher', answers, c.hosts[host].address, port),
+        processes.wait_until(lambda: c.call('launcher', multihost.listening, c.hosts[host].address, port),
                              {name: c.daemons[name]}, {name: c.logs[name]}, 120, 'job server listening')
         yield
     finally:
         processes.stop(c.daemons.pop(name))
         c.logs.pop(name)
-
-
-def answers(address: str, port: int) -> bool:
-    try:
-        socket.create_connection((address, port), timeout=2).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_a_job_server_that_cannot_reach_flink_ends_the_build_in_one_line_naming_both(flink_hosts, corpus):
