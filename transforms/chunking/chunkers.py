@@ -13,6 +13,8 @@ import dataclasses
 import re
 from typing import Callable, Sequence
 
+from transforms.features.models import tokenize
+
 Span = tuple[int, int]
 
 # Separators are regular expressions tried in order; a piece starts where its
@@ -75,8 +77,8 @@ def token_offsets(tokenizer, text: str) -> list[Span]:
       tokenizer: A Hugging Face fast tokenizer (the embedding model's).
       text: The document text; it is never truncated here.
     """
-    encoding = tokenizer(
-        text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
+    encoding = tokenize(
+        tokenizer, text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
     )
     return list(encoding['offset_mapping'])
 

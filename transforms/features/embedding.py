@@ -16,7 +16,7 @@ from apache_beam.utils.shared import Shared
 
 from transforms import progress
 from transforms.features import kernels, openvino_cache, precision as precisions
-from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model
+from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model, tokenize
 from transforms.types import Chunk
 
 # Padding every text to a length derived from the text alone makes its
@@ -97,7 +97,7 @@ def embed_texts(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray
     tokenizer = model.tokenizer
     lengths = [
         len(ids)
-        for ids in tokenizer(list(texts), truncation=True, max_length=max_length)['input_ids']
+        for ids in tokenize(tokenizer, list(texts), truncation=True, max_length=max_length)['input_ids']
     ]
     by_length: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
@@ -106,7 +106,8 @@ def embed_texts(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray
         for length, indices in sorted(by_length.items()):
             for s in range(0, len(indices), batch_size):
                 batch = indices[s : s + batch_size]
-                features = tokenizer(
+                features = tokenize(
+                    tokenizer,
                     [texts[i] for i in batch],
                     padding='max_length',
                     truncation=True,

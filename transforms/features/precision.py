@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from transforms.features import openvino_cache
-from transforms.features.models import model_fingerprint
+from transforms.features.models import model_fingerprint, tokenize
 
 FP32 = 'fp32'
 BF16 = 'bf16'
@@ -148,7 +148,7 @@ class OpenVINOForward:
             raise ValueError(f'{flag} supports a transformer, mean pooling and '
                              f'normalization only (this model adds {after})')
         transformer = model[0].auto_model
-        example = model.tokenizer(['an example'], padding='max_length', max_length=16, return_tensors='pt')
+        example = tokenize(model.tokenizer, ['an example'], padding='max_length', max_length=16, return_tensors='pt')
         self._names = [n for n in _INPUTS if n in example]
         # The weights' hash: the key of the saved conversion and of the quality checks.
         self.weights = model_fingerprint(model)
