@@ -22,9 +22,11 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from pipelines.build_index import local_engine
+
 # The newest Beam at which the runner, job-service and fn-execution artifacts
 # are all served; the Python SDK stays at 2.77.0 (docs/operations.md, "engines").
-BEAM_JAVA = '2.62.0'
+BEAM_JAVA = local_engine.BEAM_JAVA
 MAVEN_DEPENDENCY_PLUGIN = 'org.apache.maven.plugins:maven-dependency-plugin:3.8.1'
 POMS = Path(__file__).resolve().parent / 'maven'
 
@@ -62,11 +64,8 @@ ENGINES = {e.name: e for e in (FLINK, SPARK)}
 
 
 def home() -> Path:
-    """Where fetched job servers live: $RAGSIEVE_ENGINES, else the user's cache."""
-    if os.environ.get('RAGSIEVE_ENGINES'):
-        return Path(os.environ['RAGSIEVE_ENGINES'])
-    cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-    return Path(cache) / 'ragsieve' / 'engines'
+    """Where fetched job servers live: $RAGSIEVE_ENGINES, else the user's cache (where a build looks for them)."""
+    return local_engine.engines_home()
 
 
 def installed(module: str) -> bool:

@@ -22,7 +22,7 @@ with third_party.quiet_imports():  # `python -m pipelines.build_index` imports B
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build_index import dataflow_job, engine_job, job_server, placement, runners
+from pipelines.build_index import dataflow_job, engine_job, job_server, local_engine, placement, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
 from pipelines.build_index.checks import check_model, check_ner, check_precision
@@ -235,7 +235,8 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
     started = time.perf_counter()
     engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
     # What bounds a job on an engine: the workers' live counts where they reach the view, the engine's own view.
-    with build_progress.live_counts(options, view, build_progress.build_meters(config, files)) as live:
+    with build_progress.live_counts(options, view, build_progress.build_meters(config, files)) as live, \
+            local_engine.running(options) if runners.is_local_flink(options) else contextlib.nullcontext():
         pipeline = beam.Pipeline(runner=runners.direct_runner(options), options=options)
         build_pipeline(pipeline, config, target.directory, dim, handle, cache)
         try:

@@ -19,7 +19,7 @@ from typing import Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
 
-from pipelines.build_index import engine_options
+from pipelines.build_index import engine_options, local_engine
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -127,6 +127,12 @@ def engine_name(options: PipelineOptions) -> Optional[str]:
     return None
 
 
+def is_local_flink(options: PipelineOptions) -> bool:
+    """Whether the build runs on Beam's FlinkRunner in a mini cluster of its job server: no cluster named."""
+    return (engine_name(options) == 'flink'
+            and options.get_all_options().get('flink_master') in local_engine.EMBEDDED_MASTERS)
+
+
 def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     """Gives a build sent to a cluster SDK workers that need no Docker, kept across stages; a Flink job restarts.
 
@@ -141,12 +147,16 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     SDK worker waits `ENVIRONMENT_CACHE_MILLIS` for the next stage (where
     Beam's runner classes load with the engine's, docs/operations.md). A
     Flink job, or one sent to a job server, asks for restarts
-    (`engine_options.with_restart_defaults`). Mutates and returns
-    `options`, as Beam's runners do with their own defaults.
+    (`engine_options.with_restart_defaults`); an embedded Flink (no
+    `--flink_master`) gets this machine's job server, parallelism and heap
+    (`local_engine.with_local_defaults`) and PROCESS workers too, so the
+    launcher does not hold them (Beam's default there: LOOPBACK). Mutates
+    and returns `options`, as Beam's runners do with their own defaults.
 
     Raises:
-      ValueError: If this installation has no `ragsieve-sdk-worker`, or
-        for restarts below -1.
+      ValueError: If this installation has no `ragsieve-sdk-worker`, for
+        restarts below -1, or for an embedded Flink whose job server
+        `make engines` has not assembled.
     """
     runner = options.view_as(StandardOptions).runner
     portable = options.view_as(PortableOptions)
@@ -158,10 +168,10 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
         portable.environment_cache_millis = ENVIRONMENT_CACHE_MILLIS
     if engine in ('flink', 'portable'):  # a shared job server is Flink's as a rule; Spark's ignores the flags
         engine_options.with_restart_defaults(options)
+    if is_local_flink(options):
+        local_engine.with_local_defaults(options)
     if portable.environment_type:
         return options
-    if engine == 'flink' and options.get_all_options().get('flink_master') in ('[local]', '[auto]'):
-        return options  # an embedded cluster: Beam runs the workers in this process (LOOPBACK)
     command = os.path.join(os.path.dirname(sys.executable), SDK_WORKER)
     if not os.access(command, os.X_OK):
         raise ValueError(f'--runner {runner}: no {command} to start SDK workers with; reinstall ragsieve '
@@ -210,6 +220,8 @@ def check_paths_reach_workers(options: PipelineOptions, paths: dict) -> None:
     runner = options.view_as(StandardOptions).runner
     if engine_name(options) is None and (runner is None or short_name(runner) != 'dataflow'):
         return
+    if is_local_flink(options):
+        return  # the embedded Flink's job server, and the SDK workers it starts, run in this directory
     for flag, path in paths.items():
         if path and '://' not in path and not os.path.isabs(path):
             raise ValueError(f'{flag} {path}: a relative path, which the {runner} workers would resolve in their '

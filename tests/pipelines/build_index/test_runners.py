@@ -47,9 +47,7 @@ def test_what_the_user_chose_stays():
                              '--environment_cache_millis', '5').get_all_options()
     assert (options['environment_type'], options['environment_config'], options['environment_cache_millis']) == (
         'EXTERNAL', 'localhost:50000', '5')
-    # Flink's embedded cluster keeps Beam's LOOPBACK; other runners are left alone.
-    assert engine_options('--runner', 'FlinkRunner', '--flink_master', '[local]').get_all_options()[
-        'environment_type'] is None
+    # Other runners are left alone (Flink's embedded cluster: test_local_engine.py).
     assert engine_options('--runner', 'PortableRunner').get_all_options()['environment_type'] is None
     # Beam's job service in this process runs its workers here too.
     assert engine_options('--runner', 'PortableRunner', '--job_endpoint', 'embed').get_all_options()[
