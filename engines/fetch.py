@@ -22,11 +22,9 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from pipelines.build_index import local_engine
-
 # The newest Beam at which the runner, job-service and fn-execution artifacts
 # are all served; the Python SDK stays at 2.77.0 (docs/operations.md, "engines").
-BEAM_JAVA = local_engine.BEAM_JAVA
+BEAM_JAVA = '2.62.0'
 MAVEN_DEPENDENCY_PLUGIN = 'org.apache.maven.plugins:maven-dependency-plugin:3.8.1'
 POMS = Path(__file__).resolve().parent / 'maven'
 
@@ -64,8 +62,11 @@ ENGINES = {e.name: e for e in (FLINK, SPARK)}
 
 
 def home() -> Path:
-    """Where fetched job servers live: $RAGSIEVE_ENGINES, else the user's cache (where a build looks for them)."""
-    return local_engine.engines_home()
+    """Where fetched job servers live: $RAGSIEVE_ENGINES, else the user's cache."""
+    if os.environ.get('RAGSIEVE_ENGINES'):
+        return Path(os.environ['RAGSIEVE_ENGINES'])
+    cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return Path(cache) / 'ragsieve' / 'engines'
 
 
 def installed(module: str) -> bool:

@@ -15,11 +15,12 @@ from typing import Optional
 import yaml
 
 from engines import fetch, processes
-from pipelines.build_index import local_engine
 
 JOBMANAGER = 'org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint'
 TASKMANAGER = 'org.apache.flink.runtime.taskexecutor.TaskManagerRunner'
 BASH_JAVA_UTILS = 'org.apache.flink.runtime.util.bash.BashJavaUtils'
+# Beam's FlinkRunner names the Flink its job server was built for.
+BEAM_FLINK_VERSION = '1.19'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +92,7 @@ class FlinkCluster(processes.Cluster):
 
     def build_flags(self) -> list[str]:
         """The flags that send a build to this cluster (Beam's names)."""
-        return ['--runner', 'FlinkRunner', '--flink_master', self.master, '--flink_version', local_engine.FLINK_VERSION,
+        return ['--runner', 'FlinkRunner', '--flink_master', self.master, '--flink_version', BEAM_FLINK_VERSION,
                 '--flink_job_server_jar', str(self.job_server),
                 '--parallelism', str(self.settings.parallelism)]
 

@@ -84,3 +84,15 @@ def test_relative_paths_reach_an_embedded_flinks_workers(engines_home):
     # Its job server runs in the launcher's directory, and so do the SDK workers it starts.
     options = runners.with_engine_defaults(PipelineOptions(['--runner', 'FlinkRunner']))
     runners.check_paths_reach_workers(options, {'--input': 'docs', '--output': 'out', '--cache': None})
+
+
+def test_the_build_looks_for_the_job_server_where_make_engines_puts_it(tmp_path, monkeypatch):
+    # engines/ and the build never import each other (test_architecture.py): each names the place, and they agree.
+    from engines import fetch, flink
+
+    monkeypatch.setenv('RAGSIEVE_ENGINES', str(tmp_path))
+    assert fetch.launcher_path(fetch.FLINK) == local_engine.flink_job_server_jar()
+    monkeypatch.delenv('RAGSIEVE_ENGINES')
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    assert fetch.home() == local_engine.engines_home()
+    assert (fetch.BEAM_JAVA, flink.BEAM_FLINK_VERSION) == (local_engine.BEAM_JAVA, local_engine.FLINK_VERSION)
