@@ -104,15 +104,18 @@ def change_report(target: Target, manifest: dict) -> dict:
 
     A previous build whose rows cannot be read after all (its footers were
     checked before the run, `previous_build`) is warned of and compared as nothing.
+    The builds are compared a bucket of ids at a time (`changes.diff_builds`),
+    so the launcher's memory does not grow with the corpus.
     """
-    previous, previous_run = None, None
+    report, previous_run = None, None
     if target.previous:
         try:
-            previous = changes.load_state(target.previous)
+            report = changes.diff_builds(target.previous, target.directory)
             previous_run = target.previous_run_id or target.previous
-        except ValueError as e:
+        except changes.PreviousUnreadable as e:
             LOG.warning('the previous build cannot be read, so %s compares with nothing: %s', DIFF_FILE, e)
-    report = changes.diff_states(previous, changes.load_state(target.directory))
+    if report is None:
+        report = changes.diff_builds(None, target.directory)
     report['previous_run'] = previous_run
     report['run_id'] = target.run_id
     report['cache'] = manifest['cache']['features'] if manifest['cache'] else None

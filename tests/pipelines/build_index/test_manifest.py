@@ -2,10 +2,11 @@
 
 import logging
 
+import pyarrow.parquet as pq
 import pytest
 
-from pipelines.build_index.manifest import previous_build
-from tests.helpers import write_tiny_build
+from pipelines.build_index.manifest import Target, change_report, previous_build
+from tests.helpers import flip_pages, write_tiny_build
 from transforms.output import snapshots
 
 
@@ -62,3 +63,18 @@ def test_no_readable_run_compares_with_nothing(root, caplog):
     with caplog.at_level(logging.WARNING):
         assert previous_build(str(root), versioned=True) == (None, None)
     assert 'no earlier run can be read, so diff.json compares with nothing' in caplog.text
+
+
+def test_the_change_report_compares_with_nothing_when_the_previous_rows_cannot_be_read(tmp_path, caplog):
+    old, new = write_tiny_build(tmp_path / 'old'), write_tiny_build(tmp_path / 'new')
+    target = Target('r2', str(new), str(old), 'r1')
+    report = change_report(target, {'cache': None})
+    assert (report['previous_run'], report['run_id'], report['cache']) == ('r1', 'r2', None)
+    assert report['chunks']['unchanged'] == 1 and report['documents']['unchanged'] == 1
+    [part] = [p for p in (old / 'chunks').iterdir() if pq.ParquetFile(p).metadata.num_rows]
+    flip_pages(part, 'text')  # its footer is intact: `previous_build` would have taken it
+    with caplog.at_level(logging.WARNING):
+        report = change_report(target, {'cache': None})
+    assert report['previous_run'] is None and report['chunks']['added']['ids'] == ['a#0']
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f'the previous build cannot be read, so diff.json compares with nothing: {part} is')
