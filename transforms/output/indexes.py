@@ -2,10 +2,12 @@
 
 Row i of the chunks table (its parts read in shard order), position i of the
 FAISS index, row i of index/ids.parquet and document i of the BM25 index are
-the same chunk. The step that assembles the FAISS index holds the index and
-one part (plus, for a trained index type, a training sample of at most
-`train_size` vectors); the BM25 step holds one part's texts and the token ids
-of every chunk, which bm25s needs all at once to index.
+the same chunk. The step that writes a Flat index holds one part (the file is
+FAISS's header and the raw rows, appended as they are read); for any other
+type it holds the index and one part (plus, for a trained index type, a
+training sample of at most `train_size` vectors). The BM25 step reads the
+parts twice (`bm25.write_bm25_files`): it holds the vocabulary, one part
+and one merge block.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import posixpath
+import struct
 import time
 from typing import Iterable, Optional
 
@@ -191,14 +194,117 @@ def assemble_faiss(chunks_dir: str, dim: int, config: IndexConfig, ids_file) -> 
                 if not part.num_rows:
                     continue
                 index.add(part_vectors(part, dim))
-                ids.write_table(pa.table({'chunk_id': part.column('chunk_id')}, schema=tables.IDS_SCHEMA))
+                ids.write_table(ids_table(part))
     finally:
         faiss.omp_set_num_threads(threads)
     return index
 
 
+def ids_table(part: pa.Table) -> pa.Table:
+    """The rows of index/ids.parquet for one chunk part: its chunk ids, in order."""
+    return pa.table({'chunk_id': part.column('chunk_id')}, schema=tables.IDS_SCHEMA)
+
+
+# What `faiss.write_index` writes for a Flat index of inner product before its rows
+# (faiss/impl/index_write.cpp): fourcc, d, ntotal, two dummies, is_trained, metric_type,
+# then the length of its float vector; native byte order, no padding.
+_FLAT_HEADER = struct.Struct('=4siqqq?iQ')
+_FLAT_FOURCC = b'IxFI'
+_NTOTAL_AT = struct.calcsize('=4si')
+_SIZE_AT = struct.calcsize('=4siqqq?i')
+
+
+def is_flat(index) -> bool:
+    """Whether an index is exact inner product over raw float32 rows: the type written part by part."""
+    import faiss
+
+    return type(index) in (faiss.IndexFlat, faiss.IndexFlatIP) and index.metric_type == faiss.METRIC_INNER_PRODUCT
+
+
+def flat_header(dim: int, ntotal: int) -> bytes:
+    """The bytes `faiss.write_index` writes before the rows of a `dim`-dimensional Flat index of `ntotal` vectors.
+
+    FAISS serializes only an index it holds: this takes its bytes for an
+    empty index and patches the two fields that count vectors. The layout
+    is checked on those bytes, and the patched header on an index of two
+    vectors that FAISS serializes itself, so that a FAISS writing another
+    layout fails here instead of writing a file it cannot read.
+
+    Raises:
+      RuntimeError: If FAISS writes a Flat index in another layout.
+    """
+    import faiss
+
+    empty = faiss.serialize_index(new_index(dim, DEFAULT_INDEX_TYPE)).tobytes()
+    fields = _FLAT_HEADER.unpack(empty) if len(empty) == _FLAT_HEADER.size else None
+    if fields is None or (fields[:3], fields[5:]) != ((_FLAT_FOURCC, dim, 0), (True, faiss.METRIC_INNER_PRODUCT, 0)):
+        raise RuntimeError(f'faiss {faiss.__version__} writes an empty {dim}-dimensional Flat index as {empty!r}, '
+                           f'not in the layout written part by part ({_FLAT_HEADER.format})')
+    probe = np.arange(2 * dim, dtype=np.float32).reshape(2, dim)
+    index = new_index(dim, DEFAULT_INDEX_TYPE)
+    index.add(probe)
+    if faiss.serialize_index(index).tobytes() != _patched(empty, 2, dim) + probe.tobytes():
+        raise RuntimeError(f'faiss {faiss.__version__} writes a Flat index of 2 vectors other than as its header '
+                           'and rows: the layout written part by part is not its own')
+    return _patched(empty, ntotal, dim)
+
+
+def _patched(empty: bytes, ntotal: int, dim: int) -> bytes:
+    """An empty Flat index's header with its two counts of vectors set; every other byte as FAISS wrote it."""
+    header = bytearray(empty)
+    struct.pack_into('=q', header, _NTOTAL_AT, ntotal)
+    struct.pack_into('=Q', header, _SIZE_AT, ntotal * dim)
+    return bytes(header)
+
+
+def part_rows(chunks_dir: str) -> list[tuple[str, int]]:
+    """Each part of a table and its rows, in shard order, from the parts' footers (a few KB each)."""
+    return [(path, tables.load_file(path, _footer_rows)) for path in tables.part_paths(chunks_dir)]
+
+
+def _footer_rows(path: str) -> int:
+    with storage.open_read(path) as f:
+        return pq.ParquetFile(f).metadata.num_rows
+
+
+def write_flat(parts: list[tuple[str, int]], dim: int, header: bytes, index_file, ids_file) -> int:
+    """Writes the Flat index of the chunk parts to `index_file`, part by part, and ids.parquet to `ids_file`.
+
+    The bytes are those `faiss.write_index` writes for the index of every
+    part's vectors. Its header comes first and counts them, so the rows are
+    counted beforehand, from the footers, and each part is held only while
+    its rows are appended: `index_file` is written in order, as an object
+    store's writer is.
+
+    Args:
+      parts: `part_rows` of the chunks table.
+      dim: The embeddings' dimension.
+      header: `flat_header(dim, rows of all parts)`.
+
+    Returns:
+      The number of vectors written.
+
+    Raises:
+      RuntimeError: If a part holds other rows than its footer said.
+    """
+    index_file.write(header)
+    with pq.ParquetWriter(ids_file, tables.IDS_SCHEMA, compression='zstd') as ids:
+        for path, rows in parts:
+            part = tables.read_part(path, ['chunk_id', 'embedding'])
+            if part.num_rows != rows:
+                raise RuntimeError(f'{path} holds {part.num_rows} rows, its footer {rows}: it changed while read')
+            if not rows:
+                continue
+            index_file.write(memoryview(part_vectors(part, dim)).cast('B'))
+            ids.write_table(ids_table(part))
+    return sum(rows for _, rows in parts)
+
+
 def write_faiss(total_rows: int, output: str, dim: int, config: IndexConfig) -> int:
     """Writes index/index.faiss and index/ids.parquet from the chunk parts under `output`.
+
+    A Flat index is written part by part (`write_flat`); any other type is
+    assembled in memory (`assemble_faiss`), then written by FAISS.
 
     Args:
       total_rows: Rows the chunk parts were written with (checked against the index).
@@ -209,26 +315,51 @@ def write_faiss(total_rows: int, output: str, dim: int, config: IndexConfig) -> 
     import faiss
 
     publish.checkpoint('chunks_written')
-    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)) as ids_file:
-        index = assemble_faiss(posixpath.join(output, tables.CHUNKS_DIR), dim, config, ids_file)
-    if index.ntotal != total_rows:
-        raise RuntimeError(f'the FAISS index holds {index.ntotal} vectors, the chunk parts {total_rows} rows')
-    with storage.create(posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)) as f:
+    chunks_dir = posixpath.join(output, tables.CHUNKS_DIR)
+    ids_path = posixpath.join(output, tables.INDEX_DIR, tables.IDS_FILE)
+    index_path = posixpath.join(output, tables.INDEX_DIR, tables.INDEX_FILE)
+    if is_flat(new_index(dim, config.index_type)):
+        # Written part by part: a Flat index is its rows, as large as the corpus's embeddings.
+        parts = part_rows(chunks_dir)
+        _check_count(sum(rows for _, rows in parts), total_rows)
+        header = flat_header(dim, total_rows)  # before any file is begun: it fails on a FAISS of another layout
+        with storage.create(ids_path) as ids_file, storage.create(index_path) as index_file:
+            return write_flat(parts, dim, header, index_file, ids_file)
+    with storage.create(ids_path) as ids_file:
+        index = assemble_faiss(chunks_dir, dim, config, ids_file)
+    _check_count(index.ntotal, total_rows)
+    with storage.create(index_path) as f:
         faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
     return index.ntotal
 
 
+def _check_count(vectors: int, total_rows: int) -> None:
+    if vectors != total_rows:
+        raise RuntimeError(f'the FAISS index holds {vectors} vectors, the chunk parts {total_rows} rows')
+
+
 def write_bm25(total_rows: int, output: str) -> int:
-    """Writes bm25/ from the chunk parts' texts (nothing when no chunk was kept); returns its documents."""
-    from transforms.output.bm25 import bm25_files_of_batches
+    """Writes bm25/ from the chunk parts' texts (nothing when no chunk was kept); returns its documents.
+
+    The parts are read twice, one at a time, and each file is streamed to
+    storage: the step holds the vocabulary, one part and one merge block.
+    """
+    from transforms.output.bm25 import write_bm25_files
 
     if not total_rows:
         return 0
-    texts = (part.column('text').to_pylist()
-             for part in tables.iter_parts(posixpath.join(output, tables.CHUNKS_DIR), ['text']))
-    for name, data in bm25_files_of_batches(texts).items():
-        storage.write_bytes(posixpath.join(output, tables.BM25_DIR, name), data)
-    return total_rows
+    chunks_dir = posixpath.join(output, tables.CHUNKS_DIR)
+
+    def texts():
+        return (part.column('text').to_pylist() for part in tables.iter_parts(chunks_dir, ['text']))
+
+    def create(name):
+        return storage.create(posixpath.join(output, tables.BM25_DIR, name))
+
+    documents = write_bm25_files(texts, create)
+    if documents != total_rows:
+        raise RuntimeError(f'the BM25 index holds {documents} documents, the chunk parts {total_rows} rows')
+    return documents
 
 
 class _TimedFn(beam.DoFn):

@@ -14,9 +14,9 @@ from transforms.output.writers import write_parts
 DIM = 8
 
 
-def chunk_rows(n, seed=0):
+def chunk_rows(n, seed=0, dim=DIM):
     rng = np.random.default_rng(seed)
-    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     rows = []
     for i, v in enumerate(vectors):
@@ -47,6 +47,48 @@ def test_flat_from_parts_equals_one_flat_index_in_table_order(output):
     reference = faiss.IndexFlatIP(DIM)
     reference.add(vectors)
     assert faiss.serialize_index(index).tobytes() == faiss.serialize_index(reference).tobytes()
+
+
+@pytest.mark.parametrize('n,dim,shards', [(0, DIM, 2), (1, DIM, 1), (1, 5, 3), (2, DIM, 4), (37, 13, 4), (300, 384, 6)])
+def test_flat_written_part_by_part_is_the_file_faiss_writes_and_searches_alike(tmp_path, n, dim, shards):
+    write_parts(chunk_rows(n, dim=dim), tables.CHUNKS_TABLE, str(tmp_path / 'chunks'), shards)
+    assert indexes.write_faiss(n, str(tmp_path), dim, indexes.IndexConfig()) == n
+    table = tables.read_table(str(tmp_path / 'chunks'), ['embedding'])
+    vectors = indexes.part_vectors(table, dim)
+    reference = indexes.new_index(dim, 'Flat')
+    reference.add(vectors)
+    faiss.write_index(reference, str(tmp_path / 'reference.faiss'))
+    written = (tmp_path / 'index' / 'index.faiss').read_bytes()
+    assert written == (tmp_path / 'reference.faiss').read_bytes()
+    # ids.parquet is the bytes the in-memory path writes, and so is the index.
+    ids = io.BytesIO()
+    assembled = indexes.assemble_faiss(str(tmp_path / 'chunks'), dim, indexes.IndexConfig(), ids)
+    assert (tmp_path / 'index' / 'ids.parquet').read_bytes() == ids.getvalue()
+    assert faiss.serialize_index(assembled).tobytes() == written
+    index = faiss.read_index(str(tmp_path / 'index' / 'index.faiss'))
+    assert index.ntotal == n
+    if n:
+        found, expected = index.search(vectors[:10], min(n, 3)), reference.search(vectors[:10], min(n, 3))
+        assert all(np.array_equal(a, b) for a, b in zip(found, expected))
+
+
+def test_a_flat_layout_other_than_the_one_known_fails_loudly(monkeypatch):
+    real = faiss.serialize_index
+    monkeypatch.setattr(faiss, 'serialize_index',
+                        lambda index: np.frombuffer(b'IxF2' + real(index).tobytes()[4:], 'uint8'))
+    with pytest.raises(RuntimeError, match='not in the layout written part by part'):
+        indexes.flat_header(DIM, 5)
+    # The header as expected, the rows in another form.
+    monkeypatch.setattr(faiss, 'serialize_index',
+                        lambda index: np.frombuffer(real(index).tobytes() + b'\0' * bool(index.ntotal), 'uint8'))
+    with pytest.raises(RuntimeError, match='other than as its header and rows'):
+        indexes.flat_header(DIM, 5)
+
+
+def test_a_flat_index_is_not_begun_when_the_parts_hold_other_rows_than_were_written(output):
+    with pytest.raises(RuntimeError, match='the FAISS index holds 200 vectors, the chunk parts 201 rows'):
+        indexes.write_faiss(201, str(output), DIM, indexes.IndexConfig())
+    assert not (output / 'index').exists()
 
 
 @pytest.mark.parametrize('index_type', ['HNSW8', 'IVF4,Flat', 'IVF4,PQ2x4'])
@@ -110,7 +152,14 @@ def test_empty_table_gives_an_empty_index_and_no_bm25(tmp_path):
 
 
 def test_bm25_from_parts_equals_bm25_of_the_table_texts(output):
-    indexes.write_bm25(200, str(output))
+    assert indexes.write_bm25(200, str(output)) == 200
     texts = tables.read_table(str(output / 'chunks'), ['text']).column('text').to_pylist()
-    for name, data in bm25_files(texts).items():
+    expected = bm25_files(texts)
+    assert sorted(p.name for p in (output / 'bm25').iterdir()) == sorted(expected)
+    for name, data in expected.items():
         assert (output / 'bm25' / name).read_bytes() == data, name
+
+
+def test_bm25_refuses_parts_of_other_rows_than_written(output):
+    with pytest.raises(RuntimeError, match='holds 200 documents, the chunk parts 201 rows'):
+        indexes.write_bm25(201, str(output))
