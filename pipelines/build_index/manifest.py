@@ -11,11 +11,12 @@ writes and what it is compared with.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
 import posixpath
-from typing import Optional
+from typing import Mapping, NamedTuple, Optional
 
 
 from pipelines.build_index.options import BuildConfig
@@ -167,14 +168,44 @@ def job_counters(result) -> dict:
     return counters
 
 
+class KeptTallies(NamedTuple):
+    """What the manifest counts of the chunks table: kept chunks per document, deltas, and how often each
+    dropped chunk is listed in a kept chunk's `represents`."""
+
+    per_document: collections.Counter
+    deltas: int
+    represented: collections.Counter
+
+
+def kept_tallies(chunks_dir: str) -> KeptTallies:
+    """The chunks table's tallies, read a part at a time: they hold a count per document and per represented
+    (dropped) chunk, never a row per kept chunk."""
+    import pyarrow.compute as pc
+
+    per_document, represented, deltas = collections.Counter(), collections.Counter(), 0
+    for part in tables.iter_parts(chunks_dir, ['doc_id', 'kind', 'represents']):
+        is_delta = pc.fill_null(pc.equal(part.column('kind'), DELTA), False)
+        deltas += pc.sum(is_delta).as_py() or 0
+        per_document.update(_value_counts(part.column('doc_id').filter(pc.invert(is_delta))))
+        links = pc.list_flatten(part.column('represents'))
+        represented.update(_value_counts(pc.struct_field(links, 'chunk_id')))
+    return KeptTallies(per_document, deltas, represented)
+
+
+def _value_counts(column) -> dict:
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(column)
+    return dict(zip(counts.field('values').to_pylist(), counts.field('counts').to_pylist()))
+
+
 def make_manifest(config, result, target: Target, cache, dim, max_seq_length, kernel_probe, wall_seconds,
                   precision_check: Optional[dict] = None) -> dict:
     """The run's resolved config, versions, kernels, counts, cache use and time per stage."""
     def table(name, columns):
         return tables.read_table(posixpath.join(target.directory, name), columns)
 
-    chunk_rows = table(tables.CHUNKS_DIR, ['chunk_id', 'doc_id', 'kind', 'represents']).to_pylist()
-    kept_docs = [c['doc_id'] for c in chunk_rows if c['kind'] != DELTA]
+    kept = kept_tallies(posixpath.join(target.directory, tables.CHUNKS_DIR))
     dropped = table(tables.DROPPED_DIR, ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
     rejected = table(tables.REJECTED_DIR, ['reason']).column('reason').to_pylist()
     counters = job_counters(result)
@@ -182,7 +213,7 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
     if resolved.get('sync'):
         resolved['sync'] = masked(resolved['sync'])  # the manifest and report.html carry no password
     reasons = [d['reason'] for d in dropped]
-    lineage = represents.report(chunk_rows, dropped)
+    lineage = represents.report(kept.represented, dropped)
     filters = []
     for i, spec in enumerate(config.filters.specs):
         ns = counter_namespace(i, spec.name)
@@ -239,9 +270,9 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
             # Chunks dropped before the first filter that needs embeddings
             # (features are computed lazily): a model pass each, saved.
             'embeddings_saved': counters.get('chunk.chunks', 0) - counters.get('embed.chunks', 0),
-            'chunks': len(kept_docs),
+            'chunks': sum(kept.per_document.values()),
             # Rows of chunks/ that are deltas (not counted in 'chunks').
-            'deltas': len(chunk_rows) - len(kept_docs),
+            'deltas': kept.deltas,
             'dropped': len(dropped),
             'dropped_by_reason': {r: reasons.count(r) for r in sorted(set(reasons))},
         },
@@ -252,7 +283,8 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
                      'chunks_without_keeper': sum(d['duplicate_of'] is None for d in dropped) + lineage['orphans']},
         'cache': cache_use,
         'warnings': {
-            'doc_loss': doc_loss(kept_docs, [d['doc_id'] for d in dropped], config.filters.warn_doc_loss),
+            'doc_loss': doc_loss(kept.per_document, collections.Counter(d['doc_id'] for d in dropped),
+                                 config.filters.warn_doc_loss),
             'salience_lifted': salience_lifted,
         },
         'seconds': {
@@ -271,16 +303,17 @@ def make_manifest(config, result, target: Target, cache, dim, max_seq_length, ke
     }
 
 
-def doc_loss(kept_doc_ids: list[str], dropped_doc_ids: list[str], limit: float) -> list[dict]:
+def doc_loss(kept: Mapping[str, int], dropped: Mapping[str, int], limit: float) -> list[dict]:
     """The documents that lost more than `limit` of their chunks, sorted by doc_id.
+
+    Args:
+      kept: Chunks kept per doc_id (deltas aside).
+      dropped: Chunks dropped per doc_id.
 
     Returns:
       `{'doc_id', 'before', 'dropped'}` per such document.
     """
-    import collections
-
-    kept = collections.Counter(kept_doc_ids)
-    dropped = collections.Counter(dropped_doc_ids)
+    kept = collections.Counter(kept)
     out = []
     for doc_id in sorted(dropped):
         before = kept[doc_id] + dropped[doc_id]

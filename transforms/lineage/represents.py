@@ -82,11 +82,12 @@ def with_represents(chunk: Chunk, links: Iterable[Link]) -> Chunk:
     return dataclasses.replace(chunk, represents=tuple(sorted((l.chunk_id, l.doc_id) for l in links)))
 
 
-def report(chunks: Sequence[Mapping], dropped: Sequence[Mapping]) -> dict:
-    """The manifest's lineage check, from the written tables' rows.
+def report(times: Mapping[str, int], dropped: Sequence[Mapping]) -> dict:
+    """The manifest's lineage check, from the written tables.
 
     Args:
-      chunks: Rows with `chunk_id` and `represents` (list of {chunk_id, doc_id}).
+      times: How many kept chunks list each chunk_id in their `represents`
+        (chunk ids no kept chunk lists may be absent).
       dropped: Rows with `chunk_id`, `doc_id` and `duplicate_of`.
 
     Returns:
@@ -94,7 +95,7 @@ def report(chunks: Sequence[Mapping], dropped: Sequence[Mapping]) -> dict:
       once, more than once, orphans (chain ends at a chunk dropped without a
       keeper), and `ok`: every one represented exactly once unless an orphan.
     """
-    times = collections.Counter(r['chunk_id'] for c in chunks for r in (c['represents'] or ()))
+    times = collections.Counter(times)
     _, orphans = resolve((d['chunk_id'], d['doc_id'], d['duplicate_of']) for d in dropped)
     orphan_ids = {o.chunk_id for o in orphans}
     with_keeper = [d['chunk_id'] for d in dropped if d['duplicate_of'] is not None]
