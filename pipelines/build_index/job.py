@@ -22,7 +22,7 @@ with third_party.quiet_imports():  # `python -m pipelines.build_index` imports B
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build_index import dataflow_job, engine_job, job_server, local_engine, placement, runners
+from pipelines.build_index import dataflow_job, direct_memory, engine_job, job_server, local_engine, placement, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
 from pipelines.build_index.checks import check_model, check_ner, check_precision
@@ -36,7 +36,7 @@ from pipelines.build_index.manifest import (
     make_manifest,
     summary,
 )
-from pipelines.build_index.options import BuildConfig, BuildIndexOptions
+from pipelines.build_index.options import ON_OFF, BuildConfig, BuildIndexOptions
 from pipelines.build_index.pipeline import build_pipeline
 from pipelines.build_index.target import build_locks, check_paths, discard, prepare_target
 from pipelines.common import heap, progress, progress_meters
@@ -83,7 +83,10 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         paths = {'--input': config.input, '--output': config.output, '--cache': config.cache}
         runners.check_paths_reach_workers(options, paths)
         placement.check(options, paths)  # before the input is listed: a launcher-only setting fails at once
-        config, files = list_input(config, view)
+        direct = runners.is_direct(options) and ON_OFF[flags.memory_check]
+        config, files, size = list_input(config, view, need_size=direct)
+        if direct:  # before anything loads: a corpus the DirectRunner cannot hold is said, not left to the OOM killer
+            check_direct_memory(options, config, files, size)
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
@@ -122,19 +125,39 @@ def translate_job(config: BuildConfig, options: PipelineOptions) -> dict:
     return {'dry_run': description}
 
 
-def list_input(config: BuildConfig, view: progress.View) -> tuple[BuildConfig, Optional[int]]:
+def list_input(config: BuildConfig, view: progress.View,
+               need_size: bool = False) -> tuple[BuildConfig, Optional[int], Optional[int]]:
     """Lists --input (metadata only, nothing is read), a step of the view: its files and bytes.
 
     Returns:
       The config with `--num_shards 0` resolved (`with_shards`), and the
-      files listed (None when neither the view nor the shards needed them).
+      files and bytes listed (None when neither the view, the shards nor
+      the caller needed them).
     """
-    if config.num_shards and not view.enabled:
-        return config, None
+    if config.num_shards and not view.enabled and not need_size:
+        return config, None, None
     with view.step('list input') as step:
         files, size = input_size(config.input)
         step.detail = f'{files:,} files, {progress_meters.size(size)}'
-    return with_shards(config, size), files
+    return with_shards(config, size), files, size
+
+
+def check_direct_memory(options: PipelineOptions, config: BuildConfig, files: int, size: int) -> None:
+    """Refuses, in one line, an input the DirectRunner would not hold in this machine's memory (`direct_memory`).
+
+    Raises:
+      ValueError: Naming the estimate, the machine's memory and `--runner FlinkRunner`.
+    """
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    multi = options.view_as(DirectOptions).direct_running_mode == 'multi_processing'
+    estimate = direct_memory.estimate(size, config.chunker.chunk_size, config.chunker.chunk_overlap,
+                                      'multi_processing' if multi else 'in_memory')
+    if not estimate.fits:
+        raise ValueError(direct_memory.refusal(estimate, size, files))
+    LOG.info('memory: about %.1f GiB of %.1f GiB at the peak, estimated from the input\'s %s (--memory_check)',
+             estimate.peak_bytes / direct_memory.GIB, estimate.machine_bytes / direct_memory.GIB,
+             progress_meters.size(size))
 
 
 def with_shards(config: BuildConfig, input_bytes: int) -> BuildConfig:

@@ -164,6 +164,10 @@ class BuildIndexOptions(PipelineOptions):
                             help='Publish an index even when every record was rejected (the '
                                  '--gate_max_rejected_share gate then passes too); by default such a '
                                  'build fails and publishes nothing.')
+        parser.add_argument('--memory_check', type=str, default='on', choices=list(ON_OFF),
+                            help='on: a DirectRunner build whose input, estimated from its files\' sizes, would not '
+                                 'fit in this machine\'s memory stops before it starts (exit status 2), naming '
+                                 '--runner FlinkRunner, which spills to disk; off: go on anyway.')
         parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
                             help='With --versioned, a run replaced as LATEST less than this long ago '
                                  'is not pruned, so queries that just opened it can finish.')

@@ -71,6 +71,12 @@ def default_kernels(runner: Optional[str]) -> Optional[str]:
     return kernels.PORTABLE if runner is not None and short_name(runner) == 'dataflow' else None
 
 
+def is_direct(options: PipelineOptions) -> bool:
+    """Whether the build runs on Beam's DirectRunner: no `--runner`, or one of its names."""
+    runner = options.view_as(StandardOptions).runner
+    return runner is None or short_name(runner) in DIRECT_NAMES
+
+
 def direct_runner(options: PipelineOptions):
     """The runner of a DirectRunner build: Beam's FnApiRunner; None for any other `--runner`.
 
@@ -82,8 +88,7 @@ def direct_runner(options: PipelineOptions):
     available as `--runner PrismRunner`. With any other `--runner`, Beam
     builds the runner named.
     """
-    runner = options.view_as(StandardOptions).runner
-    if runner is not None and short_name(runner) not in DIRECT_NAMES:
+    if not is_direct(options):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner

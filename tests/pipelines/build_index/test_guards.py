@@ -220,3 +220,21 @@ def test_an_input_the_credentials_may_not_read_says_so(proxied_store, deny_bucke
     deny_bucket()
     said = one_line_error(['--input', f'{url}/corpus', '--output', str(tmp_path / 'out')], capsys)
     assert said.startswith(f"--input '{url}/corpus': access to bucket '{BUCKET}' is denied ("), said
+
+
+def test_an_input_the_direct_runner_cannot_hold_is_refused_before_the_model_loads(corpus, tmp_path, no_model, capsys,
+                                                                                  monkeypatch):
+    from pipelines.build_index import direct_memory
+
+    monkeypatch.setattr(direct_memory, 'machine_memory', lambda: 1 << 30)  # a machine of 1 GiB
+    err = one_line_error(['--input', str(corpus), '--output', str(tmp_path / 'out')], capsys)
+    assert err.startswith('--input holds 50 B in 1 file: about 1 chunks') and 'this machine has 1.0 GiB' in err
+    assert '--runner FlinkRunner' in err and not (tmp_path / 'out').exists()
+
+
+def test_memory_check_off_goes_on_and_other_runners_are_not_checked(corpus, tmp_path, monkeypatch):
+    from pipelines.build_index import direct_memory
+
+    monkeypatch.setattr(direct_memory, 'machine_memory', lambda: 1 << 30)
+    build(corpus, tmp_path / 'out', '--memory_check', 'off')
+    assert (tmp_path / 'out' / 'manifest.json').is_file()
