@@ -75,11 +75,17 @@ def parse_flags(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return flags
 
 
+# Beam's worker, run as `python -m` runs it, once its gRPC pings are spaced as the Java runner allows
+# (`third_party.calm_grpc_keepalive`).
+WORKER_MAIN = ('from pipelines.common import third_party; third_party.calm_grpc_keepalive(); import runpy; '
+               "runpy.run_module('apache_beam.runners.worker.sdk_worker_main', run_name='__main__', alter_sys=True)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Replaces this process with Beam's SDK worker (so the runner's kill reaches the worker itself)."""
     flags = parse_flags(sys.argv[1:] if argv is None else argv)
     env = worker_environment(provision_info(flags.provision_endpoint, flags.id), flags.id, flags, os.environ)
-    os.execve(sys.executable, [sys.executable, '-m', 'apache_beam.runners.worker.sdk_worker_main'], env)
+    os.execve(sys.executable, [sys.executable, '-c', WORKER_MAIN], env)
 
 
 if __name__ == '__main__':

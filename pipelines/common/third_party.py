@@ -44,3 +44,19 @@ def quiet_imports() -> Iterator[None]:
     finally:
         root.removeFilter(drop)
         root.removeHandler(guard)
+
+
+# Beam's Python SDK pings its gRPC peers every 20 s, idle or not (`GRPCChannelFactory`); the Java job servers and
+# runners of Beam 2.62 (what Maven serves here) allow one ping per 5 minutes (grpc-java's default) and answer more
+# with GOAWAY "too_many_pings", closing every call of the connection: an engine's SDK worker idle for a minute
+# (a stage of Java's sorts) then failed its next task ("call is closed", apache/beam#20971). Pings 6 minutes apart.
+GRPC_KEEPALIVE_MS = 360_000
+
+
+def calm_grpc_keepalive() -> None:
+    """Beam's gRPC channels made from now on in this process ping their peer once per `GRPC_KEEPALIVE_MS`."""
+    from apache_beam.runners.worker.channel_factory import GRPCChannelFactory
+
+    GRPCChannelFactory.DEFAULT_OPTIONS = [
+        (name, GRPC_KEEPALIVE_MS if name == 'grpc.keepalive_time_ms' else value)
+        for name, value in GRPCChannelFactory.DEFAULT_OPTIONS]

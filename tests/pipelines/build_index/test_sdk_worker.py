@@ -52,3 +52,17 @@ def test_without_a_scratch_directory_from_the_runner_none_is_made(tmp_path, monk
 def test_the_console_script_is_installed_next_to_this_python():
     command = os.path.join(os.path.dirname(sys.executable), 'ragsieve-sdk-worker')
     assert os.access(command, os.X_OK)
+
+
+def test_the_worker_pings_its_runner_no_more_often_than_the_java_runner_allows():
+    # grpc-java answers pings more often than every 5 minutes with GOAWAY too_many_pings (apache/beam#20971).
+    import subprocess
+    import sys
+
+    from pipelines.build_index.sdk_worker import WORKER_MAIN
+
+    probe = WORKER_MAIN.split('import runpy')[0] + (
+        'from apache_beam.runners.worker.channel_factory import GRPCChannelFactory as F; '
+        "print(dict(F.DEFAULT_OPTIONS)['grpc.keepalive_time_ms'])")
+    done = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True)
+    assert int(done.stdout) >= 300_000
