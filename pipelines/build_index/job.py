@@ -84,9 +84,12 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         runners.check_paths_reach_workers(options, paths)
         placement.check(options, paths)  # before the input is listed: a launcher-only setting fails at once
         direct = runners.is_direct(options) and ON_OFF[flags.memory_check]
-        config, files, size = list_input(config, view, need_size=direct)
+        local_flink = runners.is_local_flink(options)
+        config, files, size = list_input(config, view, need_size=direct or local_flink)
         if direct:  # before anything loads: a corpus the DirectRunner cannot hold is said, not left to the OOM killer
             check_direct_memory(options, config, files, size)
+        if local_flink:
+            local_engine.with_input_size(options, size)
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
@@ -257,6 +260,7 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
     engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
+    third_party.calm_grpc_keepalive()  # the launcher's channels to a job server ping as the SDK workers' do
     # What bounds a job on an engine: the workers' live counts where they reach the view, the engine's own view.
     with build_progress.live_counts(options, view, build_progress.build_meters(config, files)) as live, \
             local_engine.running(options) if runners.is_local_flink(options) else contextlib.nullcontext():

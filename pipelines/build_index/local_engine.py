@@ -1,47 +1,58 @@
-"""`--runner FlinkRunner` with no cluster named: an embedded Flink on this machine that spills to disk.
+"""`--runner FlinkRunner` with no cluster named: a Flink on this machine, started for the build, that spills to disk.
 
 Beam's FlinkRunner without `--flink_master` (Beam's `[auto]`) or with
-`[local]` runs the job in a Flink mini cluster inside its job server's JVM.
-ragsieve makes that the runner for a corpus the DirectRunner cannot hold:
-the job server `make engines` assembled (no download), one task slot per
-core, SDK workers as processes of this installation (not LOOPBACK threads
-of the launcher), a bounded JVM heap and a Flink configuration whose sorts
-and exchanges spill to a directory under $TMPDIR that the build removes.
-Memory is then bounded by these settings and the SDK workers' models, not
-by the corpus (docs/scale.md).
+`[local]` would run the job in a mini cluster inside its job server. That
+cannot hold a corpus of users' size: Beam's batch translation runs a whole
+partition as one bundle, the job server holds a bundle's outputs (up to 100
+messages of up to 10 MB) until it ends, and the mini cluster runs at most
+as many partitions as it has slots (it sets the job's default parallelism
+to its slots). At 300k chunks, two partitions filled a TaskManager's heap
+and the job hung (docs/scale.md). So ragsieve starts a Flink session
+cluster of its own instead (`local_flink`: a JobManager and a TaskManager
+with a slot per core, from what `make engines` installed), cuts the job
+into partitions of a bounded input (`partitions`) that run in waves on the
+slots with every exchange blocking (BATCH_FORCED, spilled under $TMPDIR),
+gives the job server a small heap and the SDK workers their own processes,
+and removes all of it when the build ends. Memory is then bounded by these
+settings and the SDK workers' models, not by the corpus.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
-import yaml
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, JobServerOptions, PipelineOptions
 
 from pipelines.build_index import engine_options
 
-# The Flink masters that mean "a mini cluster in the job server" to Beam's FlinkRunner.
+LOG = logging.getLogger('ragsieve.build')
+
+# The Flink masters that mean "no cluster: one on this machine" (Beam's mini cluster's names).
 EMBEDDED_MASTERS = ('[local]', '[auto]')
 # The Beam Java release whose runner artifacts Maven serves here (engines/fetch.py assembles its job server).
 BEAM_JAVA = '2.62.0'
 # The Flink that job server was built for.
 FLINK_VERSION = '1.19'
-# The job server's heap: Flink's runtime, the job's plan and the records in flight between operators. Measured at
-# 100k and 1M chunks (docs/scale.md); without a cap the JVM took a quarter of the machine and grew with the input.
-JVM_HEAP = '1g'
-# Flink's managed memory (its sort buffers; what does not fit spills to disk) and network buffers (Beam's batch
-# plans have ~140 operators and many exchanges; Flink's local default of 64 MB is enough for 2 slots).
-MANAGED_MEMORY = '256m'
-NETWORK_MEMORY = '128m'
+# How the local Flink exchanges data between stages, and the input a partition holds at most (`partitions`).
+EXECUTION_MODE = 'BATCH_FORCED'
+PARTITION_BYTES = 2 << 20
+# The job server only translates and submits the job to the local cluster.
+JOB_SERVER_HEAP = '512m'
+# How long an idle SDK worker is kept: as long as the build. A job of many partitions has stages of Java's alone
+# (sorts) for minutes; an SDK worker closed at 30 s idle (runners.ENVIRONMENT_CACHE_MILLIS) was handed to the next
+# stage's task as it closed ("call is closed"), which failed the TaskManager at 300k chunks. The cluster, and its
+# SDK workers, end with the build.
+ENVIRONMENT_CACHE_MILLIS = 24 * 3600 * 1000
 
 
 class EngineNotInstalled(ValueError):
-    """The embedded Flink's job server is not on this machine; the message says what to run."""
+    """The local Flink's job server is not on this machine; the message says what to run."""
 
 
 def engines_home() -> Path:
@@ -53,7 +64,7 @@ def engines_home() -> Path:
 
 
 def flink_job_server_jar() -> Path:
-    """The Flink job server `make engines` assembled (its launcher jar)."""
+    """The Flink job server `make engines` assembled (its launcher jar; its jars under lib/ beside it)."""
     return engines_home() / f'flink-job-server-{BEAM_JAVA}' / 'job-server.jar'
 
 
@@ -66,7 +77,8 @@ def cores() -> int:
 
 
 def with_local_defaults(options: PipelineOptions) -> PipelineOptions:
-    """Gives an embedded Flink build its job server, Flink version, parallelism and heap, where none is named.
+    """Gives a local Flink build its job server, Flink version, exchange mode and job server heap, where none
+    is named.
 
     Mutates and returns `options`, as Beam's runners do with their own defaults.
 
@@ -78,56 +90,68 @@ def with_local_defaults(options: PipelineOptions) -> PipelineOptions:
         jar = flink_job_server_jar()
         if not jar.is_file():
             raise EngineNotInstalled(
-                f'--runner FlinkRunner runs an embedded Flink from the job server `make engines` assembles, and '
-                f'there is none at {jar}: run `make engines` (Java 17 and Maven), or pass --flink_job_server_jar')
+                f'--runner FlinkRunner runs a Flink on this machine from the job server `make engines` assembles, '
+                f'and there is none at {jar}: run `make engines` (Java 17 and Maven), or pass --flink_master')
         flink.flink_job_server_jar = str(jar)
     # Beam's default names its newest Flink, for which no job server is served here; the jar decides anyway.
     if 'flink_version' not in options.get_all_options(drop_default=True):
         flink.flink_version = FLINK_VERSION
-    if flink.parallelism is None or flink.parallelism < 1:
-        flink.parallelism = cores()
+    engine = options.view_as(engine_options.EngineRunnerOptions)
+    if engine.execution_mode_for_batch is None:
+        # Every exchange blocking: each task its own region, so a job of many partitions runs in waves on the
+        # slots (PIPELINED would need slots for whole chains of them at once).
+        engine.execution_mode_for_batch = EXECUTION_MODE
     server = options.view_as(JobServerOptions)
     if not any(p.startswith('-Xmx') for p in server.job_server_jvm_properties or []):
-        server.job_server_jvm_properties = [*(server.job_server_jvm_properties or []), f'-Xmx{JVM_HEAP}']
+        server.job_server_jvm_properties = [*(server.job_server_jvm_properties or []), f'-Xmx{JOB_SERVER_HEAP}']
     return options
 
 
-def flink_config(parallelism: int, spill: str) -> dict:
-    """The embedded Flink's config.yaml: slots for the parallelism, bounded memory, spills under `spill`."""
-    return {
-        'taskmanager.numberOfTaskSlots': parallelism,
-        'parallelism.default': parallelism,
-        'taskmanager.memory.managed.size': MANAGED_MEMORY,
-        'taskmanager.memory.network.min': NETWORK_MEMORY,
-        'taskmanager.memory.network.max': NETWORK_MEMORY,
-        'io.tmp.dirs': spill,
-        # A failed task fails the build at once: on one machine a restart meets the same cause.
-        'restart-strategy.type': 'none',
-    }
+def partitions(input_bytes: int) -> int:
+    """The parallelism of a local Flink build of `input_bytes`: a partition per PARTITION_BYTES, one per core
+    at least. A partition is one bundle whose outputs the job server holds until it ends: bounded by its input."""
+    return max(cores(), -(-input_bytes // PARTITION_BYTES))
+
+
+def with_input_size(options: PipelineOptions, input_bytes: int) -> PipelineOptions:
+    """Sets a local Flink build's `--parallelism` from its input's size (`partitions`), unless one is given.
+
+    Mutates and returns `options`.
+    """
+    flink = options.view_as(FlinkRunnerOptions)
+    if flink.parallelism is None or flink.parallelism < 1:
+        flink.parallelism = partitions(input_bytes)
+    return options
 
 
 @contextlib.contextmanager
-def running(options: PipelineOptions) -> Iterator[Optional[str]]:
-    """While an embedded Flink build runs: its configuration and spill directory; yields the directory.
+def running(options: PipelineOptions) -> Iterator[Path]:
+    """While a local Flink build runs: its cluster (`--flink_master` names it), logs and spill directory.
 
-    Call it for an embedded Flink build only (`runners.is_local_flink`);
-    where `--flink_conf_dir` names a configuration of the user's, nothing
-    is written (yields None). The directory, spilled data included, is
-    removed when the job ends, whatever the way.
+    Call it for a local Flink build only (`runners.is_local_flink`). The
+    cluster is stopped and its directory, spilled data included, removed
+    when the job ends, whatever the way; its daemons die with this process.
+    Yields the cluster's directory.
+
+    Raises:
+      local_flink.ClusterFailed: If the cluster does not come up, naming the daemon's log.
     """
-    engine = options.view_as(engine_options.EngineRunnerOptions)
-    if engine.flink_conf_dir:
-        yield None
-        return
-    work = tempfile.mkdtemp(prefix='ragsieve-flink-')
+    from pipelines.build_index import local_flink
+
+    flink = options.view_as(FlinkRunnerOptions)
+    work = Path(tempfile.mkdtemp(prefix='ragsieve-flink-'))
+    logs = work.with_name(work.name + '-logs')
+    master = flink.flink_master
     try:
-        spill = os.path.join(work, 'spill')
-        os.makedirs(spill)
-        parallelism = options.view_as(FlinkRunnerOptions).parallelism
-        with open(os.path.join(work, 'config.yaml'), 'w') as f:
-            yaml.safe_dump(flink_config(parallelism, spill), f, sort_keys=True)
-        engine.flink_conf_dir = work
-        yield work
+        jars = sorted((Path(flink.flink_job_server_jar).parent / 'lib').glob('*.jar'))
+        with local_flink.SessionCluster(work, logs, jars, cores()) as cluster:
+            flink.flink_master = cluster.master
+            yield work
+    except BaseException:
+        LOG.warning('the local Flink\'s logs are kept in %s', logs)
+        raise
+    else:
+        shutil.rmtree(logs, ignore_errors=True)
     finally:
-        engine.flink_conf_dir = None
+        flink.flink_master = master
         shutil.rmtree(work, ignore_errors=True)

@@ -133,7 +133,7 @@ def engine_name(options: PipelineOptions) -> Optional[str]:
 
 
 def is_local_flink(options: PipelineOptions) -> bool:
-    """Whether the build runs on Beam's FlinkRunner in a mini cluster of its job server: no cluster named."""
+    """Whether the build runs on Beam's FlinkRunner with no cluster named: ragsieve starts one on this machine."""
     return (engine_name(options) == 'flink'
             and options.get_all_options().get('flink_master') in local_engine.EMBEDDED_MASTERS)
 
@@ -152,15 +152,15 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     SDK worker waits `ENVIRONMENT_CACHE_MILLIS` for the next stage (where
     Beam's runner classes load with the engine's, docs/operations.md). A
     Flink job, or one sent to a job server, asks for restarts
-    (`engine_options.with_restart_defaults`); an embedded Flink (no
-    `--flink_master`) gets this machine's job server, parallelism and heap
-    (`local_engine.with_local_defaults`) and PROCESS workers too, so the
-    launcher does not hold them (Beam's default there: LOOPBACK). Mutates
+    (`engine_options.with_restart_defaults`); a Flink on this machine (no
+    `--flink_master`) gets the job server `make engines` assembled and its
+    exchange mode (`local_engine.with_local_defaults`), and PROCESS workers
+    too (Beam's default there: LOOPBACK threads of the launcher). Mutates
     and returns `options`, as Beam's runners do with their own defaults.
 
     Raises:
       ValueError: If this installation has no `ragsieve-sdk-worker`, for
-        restarts below -1, or for an embedded Flink whose job server
+        restarts below -1, or for a Flink on this machine whose job server
         `make engines` has not assembled.
     """
     runner = options.view_as(StandardOptions).runner
@@ -168,12 +168,14 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     engine = engine_name(options)
     if engine is None:
         return options
+    local = is_local_flink(options)
     if not int(portable.environment_cache_millis or 0):
         # Keeps each worker's SDK workers, and the models they loaded, from one stage to the next.
-        portable.environment_cache_millis = ENVIRONMENT_CACHE_MILLIS
+        portable.environment_cache_millis = (local_engine.ENVIRONMENT_CACHE_MILLIS if local
+                                             else ENVIRONMENT_CACHE_MILLIS)
     if engine in ('flink', 'portable'):  # a shared job server is Flink's as a rule; Spark's ignores the flags
         engine_options.with_restart_defaults(options)
-    if is_local_flink(options):
+    if local:
         local_engine.with_local_defaults(options)
     if portable.environment_type:
         return options
@@ -226,7 +228,7 @@ def check_paths_reach_workers(options: PipelineOptions, paths: dict) -> None:
     if engine_name(options) is None and (runner is None or short_name(runner) != 'dataflow'):
         return
     if is_local_flink(options):
-        return  # the embedded Flink's job server, and the SDK workers it starts, run in this directory
+        return  # the local Flink's daemons, and the SDK workers they start, run in this directory
     for flag, path in paths.items():
         if path and '://' not in path and not os.path.isabs(path):
             raise ValueError(f'{flag} {path}: a relative path, which the {runner} workers would resolve in their '

@@ -1,10 +1,10 @@
-"""`--runner FlinkRunner` with no cluster: the embedded Flink's defaults, its configuration and spill directory."""
+"""`--runner FlinkRunner` with no cluster: the local Flink's defaults, partitions and configuration (its runs:
+test_engines.py)."""
 
 import json
 import os
 
 import pytest
-import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.build_index import local_engine, runners
@@ -29,8 +29,8 @@ def test_an_embedded_flink_gets_this_machines_job_server_cores_heap_and_process_
     options = defaults(*master)
     assert options['flink_job_server_jar'] == str(engines_home)
     assert options['flink_version'] == local_engine.FLINK_VERSION
-    assert options['parallelism'] == len(os.sched_getaffinity(0))
-    assert options['job_server_jvm_properties'] == [f'-Xmx{local_engine.JVM_HEAP}']
+    assert options['job_server_jvm_properties'] == [f'-Xmx{local_engine.JOB_SERVER_HEAP}']
+    assert options['execution_mode_for_batch'] == 'BATCH_FORCED'  # many partitions run in waves on the slots
     # SDK workers of their own, not LOOPBACK threads of the launcher, which would then hold them.
     assert options['environment_type'] == 'PROCESS'
     assert json.loads(options['environment_config'])['command'].endswith('ragsieve-sdk-worker')
@@ -39,9 +39,12 @@ def test_an_embedded_flink_gets_this_machines_job_server_cores_heap_and_process_
 def test_what_the_user_chose_for_an_embedded_flink_stays(engines_home, tmp_path):
     jar = tmp_path / 'own.jar'
     options = defaults('--flink_job_server_jar', str(jar), '--flink_version', '1.20', '--parallelism', '3',
-                       '--job_server_jvm_properties=-Xmx5g', '--environment_type', 'LOOPBACK')
+                       '--job_server_jvm_properties=-Xmx5g', '--environment_type', 'LOOPBACK',
+                       '--execution_mode_for_batch', 'PIPELINED')
     assert (options['flink_job_server_jar'], options['flink_version'], options['parallelism']) == (str(jar), '1.20', 3)
-    assert options['job_server_jvm_properties'] == ['-Xmx5g']
+    assert options['job_server_jvm_properties'] == ['-Xmx5g'] and options['execution_mode_for_batch'] == 'PIPELINED'
+    given = runners.with_engine_defaults(PipelineOptions(['--runner', 'FlinkRunner', '--parallelism', '3']))
+    assert local_engine.with_input_size(given, 1 << 40).get_all_options()['parallelism'] == 3
     assert options['environment_type'] == 'LOOPBACK'
 
 
@@ -58,26 +61,23 @@ def test_no_job_server_is_one_line_saying_to_run_make_engines(tmp_path, monkeypa
     assert '\n' not in str(raised.value)
 
 
-def test_the_configuration_and_spill_directory_live_as_long_as_the_job(engines_home):
-    options = runners.with_engine_defaults(PipelineOptions(['--runner', 'FlinkRunner', '--parallelism', '3']))
-    with pytest.raises(RuntimeError, match='the job failed'):
-        with local_engine.running(options) as work:
-            config = yaml.safe_load(open(os.path.join(work, 'config.yaml')))
-            assert options.get_all_options()['flink_conf_dir'] == work
-            assert config['taskmanager.numberOfTaskSlots'] == config['parallelism.default'] == 3
-            assert config['io.tmp.dirs'] == os.path.join(work, 'spill') and os.path.isdir(config['io.tmp.dirs'])
-            open(os.path.join(config['io.tmp.dirs'], 'spilled'), 'w').close()
-            raise RuntimeError('the job failed')
-    assert not os.path.exists(work)
-    assert options.get_all_options()['flink_conf_dir'] is None
+def test_partitions_of_bounded_input_at_least_one_per_core(engines_home):
+    cores = len(os.sched_getaffinity(0))
+    assert local_engine.partitions(0) == local_engine.partitions(local_engine.PARTITION_BYTES) == max(1, cores)
+    assert local_engine.partitions(100 * local_engine.PARTITION_BYTES + 1) == max(101, cores)
+    options = runners.with_engine_defaults(PipelineOptions(['--runner', 'FlinkRunner']))
+    assert local_engine.with_input_size(options, 40 * local_engine.PARTITION_BYTES).get_all_options()[
+        'parallelism'] == max(40, cores)
 
 
-def test_a_users_flink_configuration_is_left_alone(engines_home, tmp_path):
-    options = runners.with_engine_defaults(PipelineOptions(['--runner', 'FlinkRunner', '--flink_conf_dir',
-                                                            str(tmp_path)]))
-    with local_engine.running(options) as work:
-        assert work is None and options.get_all_options()['flink_conf_dir'] == str(tmp_path)
-    assert os.listdir(tmp_path) == [f'flink-job-server-{local_engine.BEAM_JAVA}']
+def test_the_local_clusters_configuration_bounds_memory_and_spills_where_asked(tmp_path):
+    from pipelines.build_index import local_flink
+
+    config = local_flink.config(3, tmp_path / 'spill', 8081)
+    assert config['taskmanager.numberOfTaskSlots'] == 3 and config['io.tmp.dirs'] == str(tmp_path / 'spill')
+    assert config['taskmanager.memory.process.size'] == local_flink.TASKMANAGER_MEMORY
+    assert config['restart-strategy.type'] == 'none' and config['classloader.resolve-order'] == 'parent-first'
+    assert config['rest.bind-address'] == config['taskmanager.bind-host'] == '127.0.0.1'
 
 
 def test_relative_paths_reach_an_embedded_flinks_workers(engines_home):
@@ -96,3 +96,10 @@ def test_the_build_looks_for_the_job_server_where_make_engines_puts_it(tmp_path,
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
     assert fetch.home() == local_engine.engines_home()
     assert (fetch.BEAM_JAVA, flink.BEAM_FLINK_VERSION) == (local_engine.BEAM_JAVA, local_engine.FLINK_VERSION)
+
+
+def test_sdk_workers_outlive_the_stages_of_javas_alone(engines_home):
+    # Idle for the minutes a sort takes, they were closed as the next stage's task took them (30 s: call is closed).
+    options = defaults()
+    assert int(options['environment_cache_millis']) == local_engine.ENVIRONMENT_CACHE_MILLIS
+    assert int(defaults('--environment_cache_millis', '5000')['environment_cache_millis']) == 5000

@@ -56,9 +56,10 @@ def test_what_the_user_chose_stays():
 
 def test_relative_paths_are_refused_where_workers_run_elsewhere():
     paths = {'--input': 'docs', '--output': '/abs/out', '--cache': None}
-    for runner in ('FlinkRunner', 'SparkRunner', 'DataflowRunner'):
+    for flags in (['--runner', 'FlinkRunner', '--flink_master', 'jm:8081'], ['--runner', 'SparkRunner'],
+                  ['--runner', 'DataflowRunner']):
         with pytest.raises(ValueError, match=r'--input docs: a relative path, which the \w+ workers would resolve'):
-            runners.check_paths_reach_workers(PipelineOptions(['--runner', runner]), paths)
+            runners.check_paths_reach_workers(PipelineOptions(flags), paths)
     runners.check_paths_reach_workers(PipelineOptions(['--runner', 'FlinkRunner']), {'--input': 'gs://b/docs'})
     with pytest.raises(ValueError, match=r'--input docs: a relative path, which the PortableRunner workers'):
         runners.check_paths_reach_workers(PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'h:8099']),
