@@ -24,7 +24,7 @@ Flink's wall within 1.3x the multi_processing DirectRunner's, cluster
 start excluded.
 
 Corpora: `chroma` (the five Chroma corpora, recursive 400/200, 1,358
-chunks, the default cascade) and `synthetic` (benchmarks/scale.py's corpus,
+chunks, the default cascade) and `synthetic` (benchmarks/scale_corpus.py's corpus,
 20,000 chunks of 48 tokens, embedded with its one-layer model).
 
     python benchmarks/engines.py [--corpora chroma,synthetic] [--runners direct,multi,flink,spark,hosts]
@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import scale  # noqa: E402
+from benchmarks import scale_corpus  # noqa: E402
 from benchmarks.process_memory import TreeSampler  # noqa: E402
 from engines import flink, multihost, spark  # noqa: E402
 from tests.helpers import data_files, same_build  # noqa: E402
@@ -64,13 +64,13 @@ def chroma_corpus(data: str, directory: str) -> tuple[str, list[str]]:
 
 
 def synthetic_corpus(n: int, directory: str) -> tuple[str, list[str]]:
-    """scale.py's corpus of `n` one-chunk paragraphs and its one-layer model."""
+    """scale_corpus.py's corpus of `n` one-chunk paragraphs and its one-layer model."""
     from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
 
     tokenizer = load_embedding_model(DEFAULT_EMBEDDING_MODEL).tokenizer
     corpus = os.path.join(directory, 'synthetic')
-    scale.generate_corpus(corpus, n, tokenizer, 48, 11, 0.05, 0.05)
-    model = scale.reduced_model(directory)
+    scale_corpus.generate_corpus(corpus, n, tokenizer, 48, 11, 0.05, 0.05)
+    model = scale_corpus.reduced_model(directory)
     return corpus, ['--chunk_size', '48', '--embedding_model', model]
 
 

@@ -52,7 +52,9 @@ class TreeSampler(threading.Thread):
 
     def __init__(self, pid, every: float):
         super().__init__(daemon=True)
-        self.pids = [pid] if isinstance(pid, int) else list(pid)
+        # Roots: a pid, pids, or a callable giving them anew each round (processes of hosts that come and go).
+        self._roots = pid if callable(pid) else (lambda: [pid] if isinstance(pid, int) else list(pid))
+        self.pids = self._roots()
         self.every = every
         self.peaks: dict[int, int] = {}
         self.cpu: dict[int, float] = {}
@@ -65,7 +67,7 @@ class TreeSampler(threading.Thread):
 
     def run(self):
         while not self._done.is_set():
-            todo, seen = list(self.pids), set()
+            todo, seen = list(self._roots()), set()
             while todo:
                 pid = todo.pop()
                 if pid in seen:

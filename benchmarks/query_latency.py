@@ -3,10 +3,13 @@
 Builds an index of the Chroma corpora (recursive chunker, --filter none by
 default) into a temporary folder, or takes a built one with --index, then
 asks the questions of questions_df.csv one at a time through
-`Retriever.search`. Prints p50 and p95 per query of each part (query
+`Retriever.search`. Prints p50, p95 and p99 per query of each part (query
 embedding, search = FAISS dense + BM25 scoring, fusion, dedup) and of the
 total, and the ratios total/floor, the floor being the query embedding that
-no retrieval can avoid. Loading the index and the model is not counted.
+no retrieval can avoid. Loading the index and the model is not counted in
+them; it is printed apart, with the process's peak RSS.
+
+    python benchmarks/query_latency.py [--index RUN] [--repeat 3]
 """
 
 import argparse
@@ -51,6 +54,8 @@ def main():
     parser.add_argument('--max_questions', type=int, default=0, help='Ask at most this many (0 = all).')
     parser.add_argument('--k', type=int, default=5, help='Results per query.')
     parser.add_argument('--warmup', type=int, default=3, help='Queries run first and not counted.')
+    parser.add_argument('--repeat', type=int, default=1,
+                        help='Ask the questions this many times over (more samples for p99).')
     parser.add_argument('--torch_threads', type=int, default=0,
                         help="torch intra-op threads (0 = torch's default). On a machine shared with "
                              'another busy process, 1 thread was ~17x faster for one short query '
@@ -73,11 +78,16 @@ def main():
             build(args.data, index, args.chunk_size, args.filter)
         # One dedup line per query would drown the report.
         logging.getLogger('ragsieve.query').setLevel(logging.WARNING)
+        import resource
+        import time
+
+        started = time.perf_counter()
         retriever = Retriever(index)
+        load_seconds = time.perf_counter() - started
         for q in questions[: args.warmup]:
             retriever.search(q, args.k)
         seconds = {p: [] for p in PARTS}
-        for q in questions:
+        for q in questions * args.repeat:
             result = retriever.search(q, args.k)
             for p in PARTS:
                 seconds[p].append(result.seconds[p])
@@ -86,11 +96,13 @@ def main():
     floor = times['embed']
     import torch
 
-    print(f'{len(questions)} questions, {len(retriever.chunk_ids)} chunks, k={args.k}, '
-          f'candidates={retriever.config.candidates} per signal, {torch.get_num_threads()} torch threads')
-    print(f'{"part":<8} {"p50 ms":>9} {"p95 ms":>9}')
+    print(f'{len(questions)} questions x {args.repeat}, {len(retriever.chunk_ids)} chunks, k={args.k}, '
+          f'candidates={retriever.config.candidates} per signal, {torch.get_num_threads()} torch threads; '
+          f'index and model loaded in {load_seconds:.1f} s, peak RSS '
+          f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB')
+    print(f'{"part":<8} {"p50 ms":>9} {"p95 ms":>9} {"p99 ms":>9}')
     for name, values in [*times.items(), ('total', total)]:
-        print(f'{name:<8} {np.percentile(values, 50):9.2f} {np.percentile(values, 95):9.2f}')
+        print(f'{name:<8} ' + ' '.join(f'{np.percentile(values, q):9.2f}' for q in (50, 95, 99)))
     print(f'total/floor (floor = query embedding): p50 {np.percentile(total, 50) / np.percentile(floor, 50):.2f}, '
           f'p95 {np.percentile(total, 95) / np.percentile(floor, 95):.2f}, '
           f'median of per-query ratios {np.median(total / floor):.2f}')

@@ -7,9 +7,11 @@ DirectRunner's workers also buffer the PCollections they are handed, which
 hides a step's own memory in the benchmark of the whole build
 (`benchmarks/scale.py`). Prints the peak RSS after imports, at the end, the
 difference, and the index's size: the FAISS step should grow by about the
-index's bytes and one part, the BM25 step by the token ids bm25s holds.
-Also the launcher's own reads after the pipeline (the manifest's columns and
-the diff's state: ids and text hashes of every chunk).
+index's bytes and one part (a Flat index: one part), the BM25 step by its
+vocabulary, one part and one merge block. Also the launcher's own work
+after the pipeline: the manifest's tallies, diff.json (the build against
+itself: both sides read, a bucket of ids held at a time), the gates and
+report.html.
 
     python benchmarks/studies/assemble_memory.py /tmp/scale/out-20000 /tmp/scale/out-160000
 """
@@ -28,7 +30,9 @@ STEP = r'''
 import json, resource, sys
 sys.path.insert(0, {repo!r})
 import faiss, bm25s, numpy, pyarrow.parquet
-from transforms.output import changes, indexes, tables
+from transforms.output import changes, gates, indexes, tables
+from pipelines.build_index import manifest
+from transforms.report import page
 
 def peak_mib():
     with open('/proc/self/status') as f:
@@ -42,10 +46,13 @@ if step == 'faiss':
 elif step == 'bm25':
     indexes.write_bm25(rows, output)
 else:
-    # What the launcher reads after the pipeline: the manifest's columns and the diff's state.
-    tables.read_table(output + '/chunks', ['doc_id']).column('doc_id').to_pylist()
-    tables.read_table(output + '/dropped', ['doc_id', 'reason']).to_pylist()
-    changes.diff_states(None, changes.load_state(output))
+    # What the launcher does after the pipeline: the manifest's tallies, the diff, the gates, the report.
+    manifest.kept_tallies(output + '/chunks')
+    tables.read_table(output + '/dropped', ['chunk_id', 'doc_id', 'reason', 'duplicate_of']).to_pylist()
+    changes.diff_builds(output, output)
+    built = json.load(open(output + '/manifest.json'))
+    gates.evaluate(gates.GateConfig(), built, built)
+    page.write_report(output)
 print(json.dumps({{'rows': rows, 'base': base, 'peak': peak_mib()}}))
 '''
 
@@ -63,8 +70,10 @@ def main():
         parts = len(os.listdir(os.path.join(output, 'chunks')))
         with tempfile.TemporaryDirectory() as tmp:
             # A copy of the tables: the output itself is left as it is.
-            for table in ('chunks', 'dropped', 'documents'):
+            for table in ('chunks', 'dropped', 'documents', 'rejected'):
                 shutil.copytree(os.path.join(output, table), os.path.join(tmp, table))
+            for name in ('manifest.json', 'diff.json'):
+                shutil.copy(os.path.join(output, name), tmp)
             for step in ('faiss', 'bm25', 'launcher'):
                 code = STEP.format(repo=REPO)
                 out = subprocess.run([sys.executable, '-c', code, tmp, str(dim), step, args.index_type],

@@ -48,7 +48,7 @@ def main():
     import faiss
     import numpy as np
 
-    from benchmarks.scale import source_sentences
+    from benchmarks.scale_corpus import source_sentences
     from transforms.features.embedding import embed_texts
     from transforms.features.models import load_embedding_model
     from transforms.output import indexes, tables

@@ -1,10 +1,10 @@
-"""The scale benchmark's corpus generator: deterministic, N paragraphs, copies only where planted."""
+"""The scale benchmark's corpus generator: deterministic, N paragraphs, copies only where planted, the next night."""
 
 import json
 
 import pytest
 
-from benchmarks.scale import generate_corpus
+from benchmarks.scale_corpus import change_corpus, chunk_id, generate_corpus, read_documents
 
 
 @pytest.fixture(scope='module')
@@ -31,3 +31,28 @@ def test_generated_corpus_is_deterministic_and_plants_its_copies(tmp_path, token
     assert len(found) - len(set(found)) == plan['planted']['exact'] > 0
     for text in found:
         assert 25 <= len(tokenizer(text, add_special_tokens=False)['input_ids']) <= 44
+
+
+def test_the_plan_names_the_planted_copies_by_the_chunk_ids_the_build_gives(tmp_path, tokenizer):
+    plan = generate_corpus(str(tmp_path / 'a'), 300, tokenizer, 48, seed=3, exact_rate=0.05, near_rate=0.05)
+    found = paragraphs(tmp_path / 'a')
+    index = {chunk_id(i): text for i, text in enumerate(found)}
+    assert len(plan['exact_ids']) == plan['planted']['exact'] and len(plan['near_ids']) == plan['planted']['near']
+    for planted in plan['exact_ids']:  # an exact copy repeats an earlier paragraph
+        position = found.index(index[planted])
+        assert chunk_id(position) != planted and position < list(index).index(planted)
+    assert chunk_id(9) == 'doc0000001#1'
+
+
+def test_the_next_nights_corpus_changes_one_paragraph_of_a_share_of_the_documents(tmp_path, tokenizer):
+    generate_corpus(str(tmp_path / 'a'), 800, tokenizer, 48, seed=3, exact_rate=0.05, near_rate=0.05)
+    change = change_corpus(str(tmp_path / 'a'), str(tmp_path / 'b'), 0.1, tokenizer, 48, seed=4)
+    before, after = read_documents(str(tmp_path / 'a')), read_documents(str(tmp_path / 'b'))
+    changed = [f'doc{d:07d}' for d, (x, y) in enumerate(zip(before, after)) if x != y]
+    assert changed == change['doc_ids'] and change['documents'] == 10
+    old = set(paragraphs(tmp_path / 'a'))
+    for d, (x, y) in enumerate(zip(before, after)):
+        new = [p for p in y.split('\n\n') if p not in old]
+        assert len(new) == (1 if x != y else 0) and len(y.split('\n\n')) == len(x.split('\n\n'))
+    change_corpus(str(tmp_path / 'a'), str(tmp_path / 'c'), 0.1, tokenizer, 48, seed=4)
+    assert read_documents(str(tmp_path / 'c')) == after
