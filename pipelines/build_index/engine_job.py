@@ -52,6 +52,10 @@ POLL_SECONDS = 1.0
 SILENT_SECONDS = 30.0
 # Every how many looks at a Flink job its failures are read for one no restart mends.
 MENDLESS_EVERY = 5
+# Every how many polls Flink's view of the job is read once the workers' counts reach the launcher: they are the
+# progress then, and each read makes Flink's JobManager copy the whole job (every task, its Beam metrics as JSON):
+# read every second, that took a JobManager core on a job of 10,000 tasks (a million chunks on one machine).
+LOOK_EVERY_COUNTING = 30
 # How long a cancellation may take before the build ends anyway.
 CANCEL_SECONDS = 15.0
 # Runners that send the job to a job service (short names).
@@ -406,15 +410,18 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
         thread = threading.Thread(target=waiter, name='ragsieve-engine-wait', daemon=True)
         thread.start()
         try:
-            for looks in itertools.count(1):
+            looks, engine_now = 0, None
+            for polls in itertools.count(1):
                 thread.join(poll)
                 if not thread.is_alive():
                     break
-                if look is not None and looks % MENDLESS_EVERY == 0:
-                    mendless = flink_rest_api.missing_program_line(flink_exceptions(options) or {})
-                    if mendless:  # every restart fails the same way: minutes of them
-                        raise JobEnded(f'error: {mendless}: {cancel(result, options)}; nothing was published')
-                engine_now = look() if look is not None else None
+                if look is not None and (polls % LOOK_EVERY_COUNTING == 0 or not counts_reach(live, True)):
+                    looks += 1
+                    if looks % MENDLESS_EVERY == 0:
+                        mendless = flink_rest_api.missing_program_line(flink_exceptions(options) or {})
+                        if mendless:  # every restart fails the same way: minutes of them
+                            raise JobEnded(f'error: {mendless}: {cancel(result, options)}; nothing was published')
+                    engine_now = look()
                 said = silent.note(live, engine_now, clock())
                 if said:
                     LOG.warning(said)

@@ -109,6 +109,9 @@ def config(slots: int, spill: Path, rest_port: int) -> dict:
         'taskmanager.network.sort-shuffle.min-buffers': SORT_SHUFFLE_BUFFERS,
         'taskmanager.numberOfTaskSlots': slots, 'parallelism.default': slots,
         'io.tmp.dirs': str(spill), 'web.tmpdir': str(spill),
+        # Flink's REST API copies the whole job for each look at it (10,000 tasks at a million chunks): one copy
+        # serves the looks of 10 s.
+        'web.refresh-interval': 10_000,
         # A failed task fails the build at once: on one machine a restart meets the same cause.
         'restart-strategy.type': 'none',
         # Beam's runner from the daemons' classpath, not each job's, so SDK workers outlive a stage; all

@@ -169,6 +169,27 @@ def test_a_flink_job_not_submitted_yet_is_not_judged_by_counts_that_never_came()
     assert not result.cancelled.is_set()
 
 
+def test_once_counts_arrive_flink_is_looked_at_every_thirty_polls():
+    """Each look copies the whole job in Flink's JobManager: a core's worth at 10,000 tasks, read every second."""
+    result, polls, looks, arrived = FakeResult(), itertools.count(), [], threading.Event()
+
+    def progress():
+        seen = next(polls)
+        if seen == 10:
+            arrived.set()  # the first count arrives at the tenth poll
+        if seen == 10 + 3 * engine_job.LOOK_EVERY_COUNTING:
+            result.end()
+        return seen
+
+    def look():
+        looks.append(arrived.is_set())
+        return flink_rest_api.EngineLook(running=True, progress=len(looks))
+
+    counts = engine_job.LiveCounts(progress, arrived=arrived.is_set, local=True)
+    engine_job.wait(result, flink(), counts, 10**6, clock=seconds_apart(1), poll=0.001, look=look)
+    assert looks.count(False) >= 9 and looks.count(True) <= 4  # every poll until then, every 30th after
+
+
 def test_a_working_engine_restarts_the_stall_clock():
     stall = engine_job.Stall(10, now=0)
     assert not stall.stalled('p', 0) and not stall.stalled('p', 9, working=True)
