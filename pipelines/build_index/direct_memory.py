@@ -77,16 +77,18 @@ def machine_memory() -> int:
 def estimate(input_bytes: int, chunk_size: int, chunk_overlap: int, mode: str,
              machine_bytes: Optional[int] = None) -> Estimate:
     """The peak memory of a DirectRunner build of `input_bytes` of text, in `mode` (`in_memory` or
-    `multi_processing`).
-
-    Chunks advance by `chunk_size - chunk_overlap` tokens, at least `FILL`
-    of a chunk each; overlapping chunks carry their text twice.
-    """
-    step = max(1, chunk_size - chunk_overlap)
-    chunks = int(input_bytes / (FILL * step * BYTES_PER_TOKEN)) + 1
-    text = input_bytes * chunk_size / step
+    `multi_processing`); overlapping chunks carry their text twice."""
+    chunks = chunks_estimate(input_bytes, chunk_size, chunk_overlap)
+    text = input_bytes * chunk_size / max(1, chunk_size - chunk_overlap)
     peak = BASE_BYTES[mode] + chunks * CHUNK_BYTES[mode] + text * TEXT_FACTOR[mode]
     return Estimate(chunks, int(peak), machine_memory() if machine_bytes is None else machine_bytes)
+
+
+def chunks_estimate(input_bytes: int, chunk_size: int, chunk_overlap: int, fill: float = FILL) -> int:
+    """The chunks `input_bytes` of text make, about: chunks advance by `chunk_size - chunk_overlap` tokens,
+    `fill` of a chunk each (`FILL`: at least, so at most this many chunks; 1.0: at least this many)."""
+    step = max(1, chunk_size - chunk_overlap)
+    return int(input_bytes / (fill * step * BYTES_PER_TOKEN)) + 1
 
 
 def refusal(estimate: Estimate, input_bytes: int, files: int) -> str:

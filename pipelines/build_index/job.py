@@ -90,6 +90,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             check_direct_memory(options, config, files, size)
         if local_flink:
             local_engine.with_input_size(options, size)
+            if ON_OFF[flags.memory_check]:  # a full disk would fail the job hours in
+                check_spill_room(config, size)
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
@@ -161,6 +163,23 @@ def check_direct_memory(options: PipelineOptions, config: BuildConfig, files: in
     LOG.info('memory: about %.1f GiB of %.1f GiB at the peak, estimated from the input\'s %s (--memory_check)',
              estimate.peak_bytes / direct_memory.GIB, estimate.machine_bytes / direct_memory.GIB,
              progress_meters.size(size))
+
+
+def check_spill_room(config: BuildConfig, size: int) -> None:
+    """Refuses, in one line, an input a local Flink build would spill more of than $TMPDIR's disk has free.
+
+    Raises:
+      ValueError: Naming the estimate, the free space and TMPDIR.
+    """
+    # Full chunks, the fewest the input can make: the local Flink is the way out of memory, refused only where
+    # its disk cannot be enough.
+    chunks = direct_memory.chunks_estimate(size, config.chunker.chunk_size, config.chunker.chunk_overlap, fill=1.0)
+    estimate = local_engine.spill_estimate(chunks)
+    if not estimate.fits:
+        raise ValueError(local_engine.spill_refusal(estimate, progress_meters.size(size)))
+    LOG.info('disk: about %.1f GiB spilled at the peak of %.1f GiB free in %s, estimated from the input\'s %s '
+             '(--memory_check)', estimate.spill_bytes / direct_memory.GIB, estimate.free_bytes / direct_memory.GIB,
+             estimate.directory, progress_meters.size(size))
 
 
 def with_shards(config: BuildConfig, input_bytes: int) -> BuildConfig:

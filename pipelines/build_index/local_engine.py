@@ -20,12 +20,13 @@ settings and the SDK workers' models, not by the corpus.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, JobServerOptions, PipelineOptions
 
@@ -49,6 +50,9 @@ JOB_SERVER_HEAP = '512m'
 # stage's task as it closed ("call is closed"), which failed the TaskManager at 300k chunks. The cluster, and its
 # SDK workers, end with the build.
 ENVIRONMENT_CACHE_MILLIS = 24 * 3600 * 1000
+# Disk a local Flink build spills per chunk at its peak (every blocking exchange's sorted data, under $TMPDIR):
+# 27.2 KB measured at 300k chunks of 48 tokens (benchmarks/scale.py), rounded up.
+SPILL_BYTES_PER_CHUNK = 32 << 10
 
 
 class EngineNotInstalled(ValueError):
@@ -122,6 +126,41 @@ def with_input_size(options: PipelineOptions, input_bytes: int) -> PipelineOptio
     if flink.parallelism is None or flink.parallelism < 1:
         flink.parallelism = partitions(input_bytes)
     return options
+
+
+@dataclasses.dataclass(frozen=True)
+class SpillEstimate:
+    """The disk a local Flink build spills at its peak, estimated, and what the spill directory's disk has free.
+
+    Attributes:
+      chunks: Chunks the input makes at most, about (`direct_memory.chunks_estimate`).
+      spill_bytes: Bytes spilled at the peak.
+      directory: Where it spills ($TMPDIR).
+      free_bytes: Free bytes on that directory's file system.
+    """
+
+    chunks: int
+    spill_bytes: int
+    directory: str
+    free_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.spill_bytes <= self.free_bytes
+
+
+def spill_estimate(chunks: int, directory: Optional[str] = None) -> SpillEstimate:
+    """What a local Flink build of about `chunks` chunks spills under `directory` (default: $TMPDIR)."""
+    directory = directory or tempfile.gettempdir()
+    return SpillEstimate(chunks, chunks * SPILL_BYTES_PER_CHUNK, directory, shutil.disk_usage(directory).free)
+
+
+def spill_refusal(estimate: SpillEstimate, input_bytes_text: str) -> str:
+    """The one line a local Flink build that would fill its disk stops with."""
+    return (f'--input holds {input_bytes_text}: at least about {estimate.chunks:,} chunks, which the local Flink '
+            f'would spill to disk, about {estimate.spill_bytes / (1 << 30):.1f} GiB at its peak, and '
+            f'{estimate.directory} has {estimate.free_bytes / (1 << 30):.1f} GiB free; point TMPDIR at a larger disk, '
+            'or pass --memory_check off to try anyway')
 
 
 @contextlib.contextmanager

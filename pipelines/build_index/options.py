@@ -167,7 +167,9 @@ class BuildIndexOptions(PipelineOptions):
         parser.add_argument('--memory_check', type=str, default='on', choices=list(ON_OFF),
                             help='on: a DirectRunner build whose input, estimated from its files\' sizes, would not '
                                  'fit in this machine\'s memory stops before it starts (exit status 2), naming '
-                                 '--runner FlinkRunner, which spills to disk; off: go on anyway.')
+                                 '--runner FlinkRunner, which spills to disk; a local Flink build (--runner '
+                                 'FlinkRunner, no --flink_master) whose spill would not fit on $TMPDIR\'s disk '
+                                 'stops likewise; off: go on anyway.')
         parser.add_argument('--prune_grace_seconds', type=float, default=snapshots.DEFAULT_PRUNE_GRACE_SECONDS,
                             help='With --versioned, a run replaced as LATEST less than this long ago '
                                  'is not pruned, so queries that just opened it can finish.')

@@ -238,3 +238,19 @@ def test_memory_check_off_goes_on_and_other_runners_are_not_checked(corpus, tmp_
     monkeypatch.setattr(direct_memory, 'machine_memory', lambda: 1 << 30)
     build(corpus, tmp_path / 'out', '--memory_check', 'off')
     assert (tmp_path / 'out' / 'manifest.json').is_file()
+
+
+def test_an_input_the_local_flink_would_spill_past_its_disk_is_refused_before_the_cluster_starts(
+        corpus, tmp_path, no_model, capsys, monkeypatch):
+    from pipelines.build_index import local_engine
+
+    jar = tmp_path / 'engines' / f'flink-job-server-{local_engine.BEAM_JAVA}' / 'job-server.jar'
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b'')  # nothing starts it: the build stops before the cluster
+    monkeypatch.setenv('RAGSIEVE_ENGINES', str(jar.parents[1]))
+    monkeypatch.setattr(local_engine, 'SPILL_BYTES_PER_CHUNK', 1 << 60)  # a chunk no disk holds
+    argv = ['--input', str(corpus), '--output', str(tmp_path / 'out'), '--runner', 'FlinkRunner']
+    err = one_line_error(argv, capsys)
+    assert err.startswith('--input holds 50 B: at least about 1 chunks, which the local Flink would spill'), err
+    assert 'point TMPDIR at a larger disk' in err and '--memory_check off' in err
+    assert not (tmp_path / 'out').exists()

@@ -70,6 +70,18 @@ def test_partitions_of_bounded_input_at_least_one_per_core(engines_home):
         'parallelism'] == max(40, cores)
 
 
+def test_the_spill_is_estimated_per_chunk_against_the_free_disk_of_its_directory(tmp_path):
+    import shutil
+
+    estimate = local_engine.spill_estimate(1000, str(tmp_path))
+    assert estimate.spill_bytes == 1000 * local_engine.SPILL_BYTES_PER_CHUNK
+    assert estimate.free_bytes == pytest.approx(shutil.disk_usage(tmp_path).free, rel=0.01) and estimate.fits
+    huge = local_engine.spill_estimate(estimate.free_bytes // local_engine.SPILL_BYTES_PER_CHUNK + 10, str(tmp_path))
+    assert not huge.fits
+    line = local_engine.spill_refusal(huge, '3 GB')
+    assert '\n' not in line and str(tmp_path) in line and 'TMPDIR' in line
+
+
 def test_the_local_clusters_configuration_bounds_memory_and_spills_where_asked(tmp_path):
     from pipelines.build_index import local_flink
 
