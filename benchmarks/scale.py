@@ -38,6 +38,7 @@ build; both walls are printed.
 
     python benchmarks/scale.py [--sizes 10000,100000,300000,1000000] [--runners direct,flink,hosts]
         [--rebuild 0.01] [--work DIR] [--json_out FILE] [-- EXTRA BUILD FLAGS]
+    python benchmarks/scale.py --report small.json 1m.json  # one table of runs made apart
 """
 
 import argparse
@@ -164,6 +165,7 @@ def local_build(runner: str, corpus: str, out: str, model: str, flags: list, wor
 def hosts_build(corpus: str, out: str, model: str, flags: list, work: str, sample_s: float, threads: int) -> dict:
     """A build on the Flink cluster across simulated hosts, every host's processes sampled; its run copied to `out`."""
     from engines import multihost
+    from pipelines.build_index import local_engine
 
     env = {'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)} if threads else {}
     cluster = multihost.FlinkHosts(Path(work) / f'hosts-{os.path.basename(out)}', env=env)
@@ -177,8 +179,12 @@ def hosts_build(corpus: str, out: str, model: str, flags: list, work: str, sampl
         shutil.copytree(corpus, launcher.outside('/tmp/corpus'))
         on_launcher(cluster, ['-c', 'import sys; from tests.helpers import upload; upload(*sys.argv[1:])',
                               '/tmp/corpus', 's3://bench/corpus'])
+        # Partitions of bounded input run in waves, as the local Flink's (local_engine): the cluster's own
+        # parallelism (its slots) would make a bundle of a half of the corpus.
+        waves = ['--parallelism', str(local_engine.partitions(scale_corpus_bytes(corpus))),
+                 '--execution_mode_for_batch', local_engine.EXECUTION_MODE]
         argv = build_argv('s3://bench/corpus', 's3://bench/index', '/tmp/model',
-                          ['--versioned', '--run_id', 'h1', *flags, *cluster.build_flags()])
+                          ['--versioned', '--run_id', 'h1', *flags, *cluster.build_flags(), *waves])
         command = cluster.hosts.command('launcher', argv, cwd=str(REPO))
         spill = [str(cluster.hosts[f'taskmanager-{i}'].outside('/tmp/flink/tmp'))
                  for i in range(cluster.settings.taskmanagers)]
@@ -426,8 +432,15 @@ def main():
                                                                'folder; a million chunks take ~2 GB).')
     parser.add_argument('--keep', action='store_true', help='Keep corpora and outputs.')
     parser.add_argument('--json_out', type=str, default=None, help='Also write the rows as JSON here.')
+    parser.add_argument('--report', type=str, nargs='+', default=None,
+                        help='Print the table and targets of the rows in these --json_out files (runs made apart) '
+                             'and exit.')
     parser.add_argument('build_flags', nargs='*', help='Extra build flags, after --.')
     args = parser.parse_args()
+    if args.report:
+        rows = [row for path in args.report for row in json.load(open(path))]
+        print(report(sorted(rows, key=lambda r: (r['n'], RUNNERS.index(r['runner'])))))
+        return
     args.sizes = [int(s) for s in args.sizes.split(',') if s.strip()]
     runners = args.runners.split(',')
     args.rebuild_runner = 'flink' if 'flink' in runners else None  # a root and cache that outlive the build

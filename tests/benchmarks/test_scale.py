@@ -56,3 +56,27 @@ def test_the_next_nights_corpus_changes_one_paragraph_of_a_share_of_the_document
         assert len(new) == (1 if x != y else 0) and len(y.split('\n\n')) == len(x.split('\n\n'))
     change_corpus(str(tmp_path / 'a'), str(tmp_path / 'c'), 0.1, tokenizer, 48, seed=4)
     assert read_documents(str(tmp_path / 'c')) == after
+
+
+def measured(n, runner, wall, cpu, peaks):
+    """A row as scale.py records it (made up here: the subject is the targets' arithmetic, not a build)."""
+    found = {'planted': 10, 'found': 1.0, 'by': {}}
+    return {'n': n, 'runner': runner, 'chunks': n, 'kept': n, 'wall': wall, 'cpu': cpu, 'spill_mib': 0.0,
+            'kinds': {k: {'count': 1, 'peak_mib': v, 'cpu_s': 0.0} for k, v in peaks.items()},
+            'stages': {}, 'planted': {'exact': found, 'near': found}, 'identical': None}
+
+
+def test_the_targets_compare_the_second_size_with_the_last_and_the_engine_with_the_direct_slope():
+    from benchmarks.scale import targets
+
+    rows = [measured(10_000, 'direct', 20, 30, {'launcher': 1000}),
+            measured(100_000, 'direct', 200, 300, {'launcher': 3000}),
+            measured(10_000, 'flink', 60, 90, {'sdk worker': 1000}),
+            measured(100_000, 'flink', 400, 600, {'sdk worker': 2000}),
+            measured(1_000_000, 'flink', 2600, 6600, {'sdk worker': 2600})]
+    lines = targets(rows)
+    assert 'flink: 100000 -> 1000000 chunks (10.0x): CPU 11.00x (1.10x linear; target <= 1.15x)' in lines
+    assert '  sdk worker: peak 2000 -> 2600 MiB (1.30x; target <= 1.25x)' in lines
+    # The DirectRunner's 10k -> 100k slope, 2 s per 1,000 chunks, gives 2000 s at 1M.
+    assert any(line.startswith('  wall at 1000000: 2600 s') and line.endswith('1.30x (target <= 1.3x)')
+               for line in lines), lines
