@@ -247,11 +247,12 @@ def one_build(runner: str, corpus: str, out: str, model: str, flags: list, args)
     return local_build(runner, corpus, out, model, flags, args.work, args.sample_s, args.threads)
 
 
-def measure_size(n: int, runners: list, model: str, tokenizer, args) -> list:
-    """Every runner's build of the corpus of `n` chunks; the DirectRunner's tables are the reference."""
+def measure_size(n: int, runners: list, model: str, tokenizer, args, rows: list, save) -> None:
+    """Every runner's build of the corpus of `n` chunks, appended to `rows` (then `save(rows)`: a sweep takes
+    hours); the DirectRunner's tables are the reference."""
     corpus = os.path.join(args.work, f'corpus-{n}')
     plan = scale_corpus.generate_corpus(corpus, n, tokenizer, CHUNK_SIZE, args.seed, args.exact_rate, args.near_rate)
-    rows, reference, outs = [], None, []
+    reference, outs = None, []
     for runner in runners:
         row = {'n': n, 'runner': runner}
         if runner in ('direct', 'multi'):
@@ -259,12 +260,20 @@ def measure_size(n: int, runners: list, model: str, tokenizer, args) -> list:
             if not fits:
                 print(json.dumps({**row, 'skipped': why}), flush=True)
                 rows.append({**row, 'skipped': why})
+                save(rows)
                 continue
         out = os.path.join(args.work, f'out-{runner}-{n}')
         outs.append(out)
         extra = ['--versioned', '--cache', os.path.join(args.work, f'cache-{runner}-{n}')] if (
             args.rebuild and n == args.sizes[-1] and runner == args.rebuild_runner) else []
-        row.update(one_build(runner, corpus, out, model, extra + args.build_flags, args))
+        try:
+            row.update(one_build(runner, corpus, out, model, extra + args.build_flags, args))
+        except RuntimeError as e:  # said, and the other builds go on: a sweep takes hours
+            row['skipped'] = f'failed: {str(e)[-1500:]}'
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            save(rows)
+            continue
         del row['log']
         run = latest_run(out)
         manifest = json.load(open(os.path.join(run, 'manifest.json')))
@@ -275,13 +284,16 @@ def measure_size(n: int, runners: list, model: str, tokenizer, args) -> list:
             reference = run
         print(json.dumps(row), flush=True)
         if extra:
-            row['rebuild'] = measure_rebuild(runner, corpus, out, model, extra, tokenizer, args)
-            print(json.dumps({'rebuild': row['rebuild']}), flush=True)
+            try:
+                row['rebuild'] = measure_rebuild(runner, corpus, out, model, extra, tokenizer, args)
+            except RuntimeError as e:
+                row['rebuild_failed'] = str(e)[-1500:]
+            print(json.dumps({'rebuild': row.get('rebuild') or row['rebuild_failed']}), flush=True)
         rows.append(row)
+        save(rows)
     if not args.keep:
         for path in [corpus, *outs]:
             shutil.rmtree(path, ignore_errors=True)
-    return rows
 
 
 def same_tables(run: str, reference: str, runner: str, corpus: str) -> bool:
@@ -356,7 +368,7 @@ def report(rows: list) -> str:
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for r in rows:
         if 'skipped' in r:
-            lines.append(f"| {r['runner']} | {r['n']} | skipped: {r['skipped']} |")
+            lines.append(f"| {r['runner']} | {r['n']} | skipped: {r['skipped'].splitlines()[0]} |")
             continue
         cells = [r['runner'], str(r['chunks']), str(r['kept']), f"{r['wall']:.1f}", f"{r['cpu']:.0f}"]
         cells += [f"{r['kinds'][k]['peak_mib']:.0f}" + (f" (x{r['kinds'][k]['count']})"
@@ -454,13 +466,14 @@ def main():
     print(f'embedding with a reduced model: all-MiniLM-L6-v2, first transformer layer only, max_seq_length '
           f'{scale_corpus.REDUCED_SEQ_LENGTH} ({model})', flush=True)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    rows = []
-    for n in args.sizes:
-        here = [r for r in runners if r != 'hosts' or n in hosts_sizes]
-        rows += measure_size(n, here, model, tokenizer, args)
+    def save(rows):
         if args.json_out:
             with open(args.json_out, 'w') as f:
                 json.dump(rows, f, indent=1)
+
+    rows = []
+    for n in args.sizes:
+        measure_size(n, [r for r in runners if r != 'hosts' or n in hosts_sizes], model, tokenizer, args, rows, save)
     print(report(rows))
 
 
