@@ -5,7 +5,7 @@ The build's FAISS and BM25 steps (`transforms.output.indexes.write_faiss`,
 process, so their peak RSS (VmHWM) is theirs alone and not the runner's: the
 DirectRunner's workers also buffer the PCollections they are handed, which
 hides a step's own memory in the benchmark of the whole build
-(`benchmarks/scale.py`). Prints the peak RSS after imports, at the end, the
+(`benchmarks/scale.py`). Prints each step's seconds, the peak RSS after imports, at the end, the
 difference, and the index's size: the FAISS step should grow by about the
 index's bytes and one part (a Flat index: one part), the BM25 step by its
 vocabulary, one part and one merge block. Also the launcher's own work
@@ -27,7 +27,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEP = r'''
-import json, resource, sys
+import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 import faiss, bm25s, numpy, pyarrow.parquet
 from transforms.output import changes, gates, indexes, tables
@@ -41,6 +41,7 @@ def peak_mib():
 output, dim, step, index_type = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = sum(p.num_rows for p in tables.iter_parts(output + '/chunks', ['chunk_id']))
 base = peak_mib()
+started = time.perf_counter()
 if step == 'faiss':
     indexes.write_faiss(rows, output, dim, indexes.IndexConfig(index_type))
 elif step == 'bm25':
@@ -53,7 +54,7 @@ else:
     built = json.load(open(output + '/manifest.json'))
     gates.evaluate(gates.GateConfig(), built, built)
     page.write_report(output)
-print(json.dumps({{'rows': rows, 'base': base, 'peak': peak_mib()}}))
+print(json.dumps({{'rows': rows, 'base': base, 'peak': peak_mib(), 'seconds': time.perf_counter() - started}}))
 '''
 
 
@@ -61,9 +62,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('outputs', nargs='+', help='Built output directories.')
     parser.add_argument('--index_type', type=str, default='Flat', help='FAISS index_factory string.')
+    parser.add_argument('--steps', type=str, default='faiss,bm25,launcher', help='Comma-separated steps to run.')
     args = parser.parse_args()
-    print('| output | kept chunks | parts | step | MiB after imports | peak MiB | growth MiB | index MiB |')
-    print('|---|---|---|---|---|---|---|---|')
+    print('| output | kept chunks | parts | step | seconds | MiB after imports | peak MiB | growth MiB | index MiB |')
+    print('|---|---|---|---|---|---|---|---|---|')
     for output in args.outputs:
         with open(os.path.join(output, 'manifest.json')) as f:
             dim = json.load(f)['model']['dim']
@@ -74,13 +76,13 @@ def main():
                 shutil.copytree(os.path.join(output, table), os.path.join(tmp, table))
             for name in ('manifest.json', 'diff.json'):
                 shutil.copy(os.path.join(output, name), tmp)
-            for step in ('faiss', 'bm25', 'launcher'):
+            for step in args.steps.split(','):
                 code = STEP.format(repo=REPO)
                 out = subprocess.run([sys.executable, '-c', code, tmp, str(dim), step, args.index_type],
                                      check=True, capture_output=True, text=True).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 size = os.path.getsize(os.path.join(tmp, 'index', 'index.faiss')) / 2**20 if step == 'faiss' else 0
-                print(f"| {os.path.basename(output)} | {r['rows']} | {parts} | {step} | {r['base']:.0f} | "
+                print(f"| {os.path.basename(output)} | {r['rows']} | {parts} | {step} | {r['seconds']:.1f} | {r['base']:.0f} | "
                       f"{r['peak']:.0f} | {r['peak'] - r['base']:.0f} | {size:.0f} |", flush=True)
 
 
