@@ -15,7 +15,7 @@ import numpy as np
 from transforms import storage
 from transforms.features.embedding import embed_texts
 from transforms.features.models import load_embedding_model, resolve_model_path
-from transforms.output import digests, tables
+from transforms.output import digests, indexes, tables
 from transforms.output.bm25 import BM25_TOKENIZER, BM25_TOKENIZER_FILE, bm25_tokenize, bm25s_module, build_bm25
 from transforms.query import opening, retrieval
 from transforms.query import where as where_filter
@@ -305,9 +305,8 @@ class Retriever:
         self.char_ends = table.column('char_end').to_pylist()
         self.texts = table.column('text').to_pylist()
         n = len(ids)
-        self.embeddings = (
-            np.stack([np.asarray(v, np.float32) for v in table.column('embedding').to_pylist()])
-            if n else np.zeros((0, built_dim), np.float32))
+        # Straight from Arrow: a Python float per value held 18 GB at its peak for 843k chunks.
+        self.embeddings = indexes.part_vectors(table, built_dim)
         self.salience = table.column('salience').to_pylist()
         self.timestamps = [retrieval.document_timestamp(m) for m in table.column('metadata').to_pylist()]
         self.bm25 = None
