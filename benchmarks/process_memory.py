@@ -77,7 +77,8 @@ class TreeSampler(threading.Thread):
                 if s:
                     self.peaks[pid] = max(self.peaks.get(pid, 0), s.get('VmHWM', 0))
                     self.cpu[pid] = max(self.cpu.get(pid, 0.0), _cpu_seconds(pid))
-                    self.cmdlines.setdefault(pid, s.get('cmdline', ''))
+                    # The latest: a daemon's script execs its JVM in the same process.
+                    self.cmdlines[pid] = s.get('cmdline') or self.cmdlines.get(pid, '')
                 todo.extend(_children(pid))
             self._done.wait(self.every)
 
