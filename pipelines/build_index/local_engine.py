@@ -51,7 +51,7 @@ JOB_SERVER_HEAP = '512m'
 # SDK workers, end with the build.
 ENVIRONMENT_CACHE_MILLIS = 24 * 3600 * 1000
 # Disk a local Flink build spills per chunk at its peak (every blocking exchange's sorted data, under $TMPDIR):
-# 27.2 KB measured at 300k chunks of 48 tokens (benchmarks/scale.py), rounded up.
+# 27.2 KB measured at 300k chunks of 48 tokens, 25.3 KB at 1M (benchmarks/scale.py), rounded up.
 SPILL_BYTES_PER_CHUNK = 32 << 10
 
 
