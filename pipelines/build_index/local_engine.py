@@ -133,7 +133,7 @@ class SpillEstimate:
     """The disk a local Flink build spills at its peak, estimated, and what the spill directory's disk has free.
 
     Attributes:
-      chunks: Chunks the input makes at most, about (`direct_memory.chunks_estimate`).
+      chunks: Chunks the input makes at least, about (`direct_memory.chunks_estimate` of full chunks).
       spill_bytes: Bytes spilled at the peak.
       directory: Where it spills ($TMPDIR).
       free_bytes: Free bytes on that directory's file system.
