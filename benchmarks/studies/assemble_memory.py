@@ -13,7 +13,8 @@ after the pipeline: the manifest's tallies, diff.json (the build against
 itself: both sides read, a bucket of ids held at a time), the gates and
 report.html.
 
-    python benchmarks/studies/assemble_memory.py /tmp/scale/out-20000 /tmp/scale/out-160000
+    python benchmarks/scale.py --sizes 20000,160000 --runners direct --work /tmp/scale --keep
+    python benchmarks/studies/assemble_memory.py /tmp/scale/out-direct-20000 /tmp/scale/out-direct-160000
 """
 
 import argparse

@@ -9,8 +9,8 @@ the exact top 10 (Flat) that the index returns in its top 10, averaged over
 the queries, at each nprobe (IVF) or efSearch (HNSW) setting. Also prints
 the index's size, its build time and the search time per query (one thread).
 
-    python benchmarks/scale.py --sizes 160000 --keep /tmp/scale
-    python benchmarks/studies/index_recall.py --output /tmp/scale/out-160000
+    python benchmarks/scale.py --sizes 160000 --runners direct --work /tmp/scale --keep
+    python benchmarks/studies/index_recall.py --output /tmp/scale/out-direct-160000
 """
 
 import argparse
