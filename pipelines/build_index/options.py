@@ -86,11 +86,16 @@ class BuildIndexOptions(PipelineOptions):
                             help='fp32: torch (--embed_kernels chooses its bits), or OpenVINO with --embed_backend '
                                  'openvino; bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
-                                 'vectors within a cosine of 1e-4 of fp32 whose bits depend on the CPU; needs '
-                                 "pip install 'ragsieve[openvino]' and runs on --embed_kernels native (portable "
+                                 'vectors within a cosine of 1e-4 of fp32; int8: the model quantized by NNCF on a '
+                                 'calibration set shipped with ragsieve (never the corpus), run by OpenVINO on the '
+                                 'CPU\'s int8 dot-product units (AVX-512 VNNI, AVX-VNNI, AMX), about 3.5x faster '
+                                 'than torch, within 0.5 points of fp32\'s retrieval on the measured sets '
+                                 '(docs/guarantees.md). Reduced precisions\' bits depend on the CPU; they need '
+                                 "pip install 'ragsieve[openvino]' and run on --embed_kernels native (portable "
                                  'is refused). The build '
                                  f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
-                                 f'minimum cosine is below {precisions.MIN_COSINE}.')
+                                 f'minimum cosine is below {precisions.MIN_COSINE} (int8: the mean below '
+                                 f'{precisions.MEAN_COSINE_INT8}, or the minimum below {precisions.MIN_COSINE_INT8}).')
         parser.add_argument('--embed_backend', type=str, default=None, choices=list(precisions.BACKENDS),
                             help='What runs the model: torch (the default in fp32), or openvino (the default in '
                                  'bf16): its transformer compiled by OpenVINO for this CPU, on --embed_kernels '

@@ -60,7 +60,8 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     """
     from transforms.features.embedding import LENGTH_BUCKET, kernel_probe
     from transforms.features.models import model_fingerprint
-    from transforms.features.precision import backend_of, default_backend, precision_of
+    from transforms.features.precision import INT8, backend_of, default_backend, precision_of
+    from transforms.features.quantize import calibration_digest, calibration_texts
 
     return {
         'model': model_name,
@@ -73,6 +74,8 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
         'precision': precision_of(model),
         # Named only off the precision's own backend (OpenVINO in fp32), so that the keys of existing caches stay.
         **({} if backend_of(model) == default_backend(precision_of(model)) else {'backend': backend_of(model)}),
+        # int8: the calibration set the model was quantized on (the probe's digest follows it too).
+        **({'quantized': calibration_digest(calibration_texts())} if precision_of(model) == INT8 else {}),
         **_versions('torch', 'transformers', 'sentence-transformers'),
     }
 

@@ -16,15 +16,10 @@ from apache_beam.utils.shared import Shared
 
 from transforms import progress
 from transforms.features import kernels, openvino_cache, precision as precisions
-from transforms.features.models import DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model, tokenize
+from transforms.features.models import (  # noqa: F401 (LENGTH_BUCKET: the padding's name in cache keys)
+    DEFAULT_EMBEDDING_MODEL, LENGTH_BUCKET, check_device, load_embedding_model, padded_length, tokenize)
 from transforms.types import Chunk
 
-# Padding every text to a length derived from the text alone makes its
-# embedding bit-identical whatever else shares its batch (measured: with
-# dynamic padding ~75% of vectors change in the last bits when the batch
-# changes). That is what makes outputs byte-identical across runner modes and
-# cached embeddings equal to fresh ones.
-LENGTH_BUCKET = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +60,6 @@ class EmbeddingConfig:
             # The portable caps (ONEDNN_MAX_CPU_ISA=AVX2) would hide the CPU's own units from OpenVINO too.
             raise ValueError(f'{precisions.flag_of(self.precision, self.backend)} runs on --embed_kernels '
                              f'{kernels.NATIVE}')
-
-
-def padded_length(n_tokens: int, max_length: int, bucket: int = LENGTH_BUCKET) -> int:
-    """Rounds a tokenized length (special tokens included) up to its bucket."""
-    return min(max_length, -(-n_tokens // bucket) * bucket)
 
 
 def embed_texts(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:

@@ -63,7 +63,7 @@ def test_an_edited_check_is_a_damaged_entry_not_a_verdict_on_bf16(caplog):
 
 @pytest.mark.parametrize('field,value', [
     ('min_cosine', 'high'), ('min_cosine', float('nan')), ('min_cosine', True), ('mean_cosine', 2.0),
-    ('sample', 2.5), ('sample', 0), ('precision', 'int8'), ('remembered', 'yes'), ('min_cosine', 0.99999),
+    ('sample', 2.5), ('sample', 0), ('precision', 'int4'), ('remembered', 'yes'), ('min_cosine', 0.99999),
 ])
 def test_a_check_whose_values_are_not_numbers_of_their_range_is_refused(field, value):
     with pytest.raises(ValueError):

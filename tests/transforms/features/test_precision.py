@@ -16,8 +16,11 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, TEXTS
-from transforms.features import kernels, precision
+from transforms.features import kernels, precision, quantize
 from transforms.features.embedding import EmbeddingConfig
+
+# blake2b of the shipped int8 calibration set (transforms/features/calibration/texts.txt).
+CALIBRATION_DIGEST = 'ddafe2f9f219898acb6c5999057a3a0a'
 
 
 def has_bf16() -> bool:
@@ -218,3 +221,115 @@ def test_the_evaluation_embeds_chunks_in_bf16_and_questions_in_fp32(tmp_path):
     questions = bf16['questions']
     assert bf16['cache']['computed']['embedding'] > 0 and questions == fp32['questions'] > 0
     assert fp32['cache']['computed']['embedding'] == bf16['cache']['computed']['embedding'] + questions
+
+
+def has_int8() -> bool:
+    try:
+        return 'INT8' in precision.cpu_capabilities() and importlib.util.find_spec('nncf') is not None
+    except ValueError:
+        return False
+
+
+needs_int8 = pytest.mark.skipif(not has_int8(), reason="needs a CPU with AVX-512 VNNI, AVX-VNNI or AMX and "
+                                "pip install 'ragsieve[openvino]' (OpenVINO, NNCF)")
+
+
+@pytest.fixture(scope='module')
+def int8_cache(tmp_path_factory):
+    """One OpenVINO cache for the int8 tests: the model is quantized once (~20 s), as once per machine."""
+    return str(tmp_path_factory.mktemp('openvino'))
+
+
+@needs_int8
+def test_int8_is_the_same_bits_alone_batched_and_with_1_or_2_threads(embedding_model, int8_cache, monkeypatch):
+    from transforms.features.cache_settings import embedding_settings
+
+    monkeypatch.setenv('RAGSIEVE_OPENVINO_CACHE', int8_cache)
+    one, two = child(1, 1, 'int8'), child(2, 64, 'int8')
+    assert np.array_equal(one['vectors'], two['vectors']) and one['probe'] == two['probe']
+    assert one['vectors'].tobytes().hex() == ''.join(one['alone'])
+    assert one['min_cosine'] >= precision.MIN_COSINE_INT8
+    # The cache never mixes int8 vectors with fp32's: the key names the precision, and the probe differs.
+    fp32 = embedding_settings('m', embedding_model, 'cpu')
+    assert one['settings']['precision'] == 'int8' and one['settings']['kernels'] != fp32['kernels']
+    assert one['settings']['quantized'] == quantize.calibration_digest(
+        quantize.calibration_texts())
+
+
+@needs_int8
+def test_a_build_in_int8_gives_the_same_bytes_twice_and_its_model_does_not_follow_the_input(tmp_path, int8_cache,
+                                                                                           monkeypatch):
+    from tests.helpers import CHROMA
+
+    monkeypatch.setenv('RAGSIEVE_OPENVINO_CACHE', int8_cache)
+
+    def build(out, corpus=REPO / 'sample_corpus'):
+        done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(corpus),
+                               '--output', str(out), '--chunk_size', '64', '--embed_precision', 'int8'], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((out / 'manifest.json').read_text())
+
+    first, second = build(tmp_path / 'a'), build(tmp_path / 'b')
+    check = first['embedding']['precision_check']
+    assert first['embedding']['precision'] == 'int8' and check['precision'] == 'int8'
+    assert check['min_cosine'] >= precision.MIN_COSINE_INT8
+    assert second['embedding']['precision_check'] == {**check, 'remembered': True}
+    for table in ('chunks', 'index'):
+        for part in sorted((tmp_path / 'a' / table).iterdir()):
+            assert part.read_bytes() == (tmp_path / 'b' / table / part.name).read_bytes(), part
+    # Another corpus quantizes nothing again: the cache holds one fp32 graph and one int8 graph, whatever the input.
+    models = sorted(os.listdir(os.path.join(int8_cache, 'models')))
+    build(tmp_path / 'c', CHROMA)
+    assert sorted(os.listdir(os.path.join(int8_cache, 'models'))) == models and len(models) == 2
+
+
+@needs_int8
+def test_an_int8_build_below_its_bound_stops_before_the_pipeline(tmp_path, int8_cache, monkeypatch):
+    monkeypatch.setenv('RAGSIEVE_OPENVINO_CACHE', int8_cache)
+    done = subprocess.run([sys.executable, '-c', (
+        'import sys; from transforms.features import precision; precision.MEAN_COSINE_INT8 = 1.0; '
+        'from pipelines import cli; sys.exit(cli.main(sys.argv[1:]))'), 'build', '--input', str(REPO / 'sample_corpus'),
+        '--output', str(tmp_path / 'c'), '--chunk_size', '64', '--embed_precision', 'int8'], cwd=REPO,
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and not (tmp_path / 'c').exists()
+    line = done.stderr.strip().splitlines()[-1]
+    # (A check remembered from the other int8 tests says so before the fallback.)
+    assert line.startswith('ragsieve build: error: --embed_precision int8: the mean cosine to fp32 on ') and (
+        ', below 1.0' in line and line.endswith(': use --embed_precision fp32')), line
+
+
+def test_int8_is_judged_by_the_mean_cosine_of_its_sample_and_its_minimum_only_guards_a_mangled_chunk():
+    full = np.eye(4, dtype=np.float32)
+
+    def moved(*offsets):  # each row of `full` moved off its axis by the given amount
+        rows = full + np.array([[0, o, 0, 0] if i != 1 else [o, 0, 0, 0] for i, o in enumerate(offsets)], np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    # Cosines 0.9955 each: int8's measured level passes, bf16's bound would refuse it.
+    good = moved(0.095, 0.095, 0.095, 0.095)
+    assert precision.check_quality('int8', good, full).passed
+    with pytest.raises(ValueError, match='minimum cosine'):
+        precision.check_quality('bf16', good, full)
+    # Every chunk a little further (mean 0.986): below the mean's bound, as the model calibrated on 8 texts.
+    with pytest.raises(ValueError, match=r'^--embed_precision int8: the mean cosine to fp32 on 4 sampled chunks is '
+                                         r'0\.98\d+, below 0\.993: use --embed_precision fp32$'):
+        precision.check_quality('int8', moved(0.17, 0.17, 0.17, 0.17), full)
+    # One chunk mangled (cosine 0.71) among close ones: the minimum's bound.
+    with pytest.raises(ValueError, match='minimum cosine to fp32 on 4 sampled chunks is 0.707107, below 0.95'):
+        precision.check_quality('int8', moved(0.0, 0.0, 0.0, 1.0), full)
+
+
+def test_a_cpu_without_int8_units_gets_a_clear_message(monkeypatch):
+    # A fake of the CPU's flags only (the unit under test is the refusal, not the model).
+    monkeypatch.setattr(precision, 'cpu_capabilities', lambda: ['FP32', 'BF16'])
+    with pytest.raises(ValueError, match='no int8 dot-product units .* use --embed_precision fp32'):
+        precision.check_precision('int8')
+
+
+def test_the_calibration_set_is_fixed_and_names_the_int8_model():
+    texts = quantize.calibration_texts()
+    # The shipped set: editing it changes every int8 vector, so it changes only with this digest.
+    assert len(texts) == 300 and quantize.calibration_digest(texts) == CALIBRATION_DIGEST
+    key = quantize.quantization_key
+    assert key('graph', texts) == key('graph', list(texts)) != key('graph', texts[1:]) != key('other', texts[1:])
