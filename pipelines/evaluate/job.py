@@ -36,7 +36,7 @@ import numpy as np
 
 from pipelines.common import progress as progress_view
 from pipelines.common.progress_meters import Meter
-from pipelines.evaluate.options import EvaluateConfig, config_from_args, parse_args
+from pipelines.evaluate.options import SAME, EvaluateConfig, config_from_args, parse_args
 from transforms.dedup.config import FilterConfig
 from transforms.evaluation import ir_scoring, metrics
 from transforms.evaluation import report as eval_report
@@ -115,13 +115,17 @@ def _evaluate_all(config: EvaluateConfig, model, view: progress_view.View) -> di
     return summary
 
 
-def question_vectors(store: FeatureStore, questions: Sequence[str]) -> np.ndarray:
-    """The questions' vectors: in fp32 whatever the chunks' precision, as `ragsieve query` embeds them.
+def question_vectors(store: FeatureStore, questions: Sequence[str], query_precision: str = precisions.FP32
+                     ) -> np.ndarray:
+    """The questions' vectors: in fp32 whatever the chunks' precision, as `ragsieve query` embeds them, or in the
+    chunks' own precision (`query_precision` `same`).
 
-    Reduced-precision runs embed them outside the store, whose cache holds that precision's vectors only.
+    Reduced-precision runs embed them outside the store, whose cache holds chunks' vectors only.
     """
     if precisions.precision_of(store.model) == precisions.FP32:
         return store.embed(questions)
+    if query_precision == SAME:
+        return embed_texts(store.model, list(questions), store.batch_size)
     with precisions.fp32_forward(store.model):
         return embed_texts(store.model, list(questions), store.batch_size)
 
@@ -146,7 +150,7 @@ def _evaluate(config, documents, questions, store: FeatureStore, output: Path, s
               view: progress_view.View) -> dict:
     """Scores the grid; writes results.csv, the tables and the plots; returns the summary."""
     with view.step('embed questions', f'{len(questions):,}'):
-        query_vectors = question_vectors(store, [q.question for q in questions])
+        query_vectors = question_vectors(store, [q.question for q in questions], config.query_precision)
     lemmas: dict[str, LemmaTable] = {}
     setup = {'load_and_queries': time.perf_counter() - started}
     if metrics.PREPROCESSED in config.variants:
@@ -192,7 +196,7 @@ def _evaluate_ir(config, documents, queries, store: FeatureStore, output: Path, 
                  view: progress_view.View) -> dict:
     """Scores an IR set (BEIR layout); writes results.csv and a table per chunker; returns the summary."""
     with view.step('embed queries', f'{len(queries):,}'):
-        query_vectors = question_vectors(store, [q.text for q in queries])
+        query_vectors = question_vectors(store, [q.text for q in queries], config.query_precision)
     setup = {'load_and_queries': time.perf_counter() - started}
     all_rows, timings = [], {}
     # The hybrid ranking logs each query's dedup at INFO, as the query job does: too many lines here.

@@ -26,6 +26,8 @@ from transforms.query import retrieval as ranking
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CHROMA_DATA = REPO_ROOT.parent / 'shared' / 'data' / 'chroma'
+# --query_precision: the questions in the chunks' precision.
+SAME = 'same'
 
 
 def default_cache() -> Path:
@@ -77,8 +79,10 @@ class EvaluateConfig:
     variants: tuple[str, ...] = metrics.VARIANTS
     batch_size: int = 64
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
-    # bf16: chunks embedded as `build --embed_precision bf16` embeds them; questions in fp32, as `query` does.
+    # bf16, int8: chunks embedded as `build --embed_precision` embeds them; questions in fp32, as `query` does,
+    # or (query_precision `same`) in the chunks' precision, as a service embedding with the reduced model does.
     embed_precision: str = precisions.FP32
+    query_precision: str = precisions.FP32
     lemma_model: str = DEFAULT_LEMMA_MODEL
     progress: str = progress_view.AUTO
     progress_interval: float = progress_view.DEFAULT_INTERVAL
@@ -157,7 +161,10 @@ def parser() -> argparse.ArgumentParser:
                         help='sentence-transformers model name or local path.')
     parser.add_argument('--embed_precision', type=str, default=precisions.FP32, choices=list(precisions.PRECISIONS),
                         help='Precision the chunks are embedded in, as by `ragsieve build --embed_precision`; '
-                             'questions are embedded in fp32, as by `ragsieve query`.')
+                             'questions are embedded in fp32, as by `ragsieve query` (see --query_precision).')
+    parser.add_argument('--query_precision', type=str, default=precisions.FP32, choices=[precisions.FP32, SAME],
+                        help='Precision the questions are embedded in: fp32 (as by `ragsieve query`), or same: '
+                             '--embed_precision\'s, as by a service that embeds its questions with the reduced model.')
     parser.add_argument('--lemma_model', type=str, default=DEFAULT_LEMMA_MODEL,
                         help='spaCy package lemmatizing the preprocessed variant.')
     parser.add_argument('--retrieval', type=str, default=None,
@@ -207,6 +214,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
         batch_size=args.batch_size,
         embedding_model=args.embedding_model,
         embed_precision=args.embed_precision,
+        query_precision=args.query_precision,
         lemma_model=args.lemma_model,
         progress=progress_view.NONE if args.no_progress else args.progress,
         progress_interval=args.progress_interval,
