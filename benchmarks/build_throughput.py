@@ -7,16 +7,17 @@ the same chunk texts with `SentenceTransformer.encode` and the same batch
 size, model load included: as a plain script does (`bare`: torch's own
 kernels, nothing pinned; the floor the targets are against) and once per
 setting the builds use (`native`, `portable`; `openvino`: `embed_texts`
-through OpenVINO in fp32; `bf16`: the same in bf16). Kernels are fixed per
+through OpenVINO in fp32; `bf16`: the same in bf16; `int8`: the graph
+quantized by NNCF on the shipped calibration set). Kernels are fixed per
 process (transforms/features/kernels.py), so every build and floor runs in a
 process of its own, alternating over --repeats rounds so noise from a shared
 machine hits all alike; the fastest of each counts. Prints chunks/s and each
 build against the bare floor: `default` (no --embed_kernels: the faster
 kernels of this CPU's family, `kernels.FASTEST`; target <= 1.00), `native`,
 `portable` (the default on Dataflow), `openvino` (--embed_backend openvino,
-fp32), `bf16` (target <= 0.6). With --repeats >= 2 OpenVINO builds also show
-the first round's, whose OpenVINO cache is empty, as on a machine's first
-such build.
+fp32), `bf16` (target <= 0.6), `int8` (target <= 0.45). With --repeats >= 2
+OpenVINO builds also show the first round's, whose OpenVINO cache is empty
+(int8: the model is quantized there), as on a machine's first such build.
 """
 
 import argparse
@@ -39,13 +40,14 @@ BARE = 'bare'
 # What pins the kernels (`kernels.pin`); a bare floor's process starts without them.
 _PIN_ENV = ('MKL_CBWR', 'MKL_ENABLE_INSTRUCTIONS', 'ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA')
 # The build without --embed_kernels, and the two settings that run on OpenVINO.
-DEFAULT, OPENVINO, BF16 = 'default', 'openvino', 'bf16'
-SETTINGS = (DEFAULT, 'native', 'portable', OPENVINO, BF16)
+DEFAULT, OPENVINO, BF16, INT8 = 'default', 'openvino', 'bf16', 'int8'
+SETTINGS = (DEFAULT, 'native', 'portable', OPENVINO, BF16, INT8)
 # The flags that make each build setting.
 _FLAGS = {DEFAULT: [], 'native': ['--embed_kernels', 'native'], 'portable': ['--embed_kernels', 'portable'],
-          OPENVINO: ['--embed_backend', 'openvino'], BF16: ['--embed_precision', 'bf16']}
-# Targets against the bare floor.
-_TARGETS = {DEFAULT: 1.00, BF16: 0.6}
+          OPENVINO: ['--embed_backend', 'openvino'], BF16: ['--embed_precision', 'bf16'],
+          INT8: ['--embed_precision', 'int8']}
+# Targets against the bare floor (bf16's on CPUs with bf16 units, int8's on CPUs with VNNI: the only ones that run them).
+_TARGETS = {DEFAULT: 1.00, BF16: 0.6, INT8: 0.45}
 
 
 def floor_of(setting: str) -> str:
@@ -75,9 +77,9 @@ def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
 
         SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDING_MODEL), device='cpu').encode(
             texts, batch_size=batch_size, normalize_embeddings=True)
-    elif mode in (OPENVINO, BF16):  # the same model through OpenVINO, its transformer compiled at load
+    elif mode in (OPENVINO, BF16, INT8):  # the same model through OpenVINO, compiled (int8: quantized) at load
         model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'),
-                                        precision.BF16 if mode == BF16 else precision.FP32, precision.OPENVINO)
+                                        precision.FP32 if mode == OPENVINO else mode, precision.OPENVINO)
         embed_texts(model, texts, batch_size)
     else:
         model = load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode=mode)
@@ -108,7 +110,7 @@ def main():
     parser.add_argument('--builds', type=str, default='default,native,portable,openvino',
                         help='Builds to time, comma-separated, of ' + ', '.join(SETTINGS) + ': default (no '
                              '--embed_kernels), native, portable (--embed_kernels), openvino (--embed_backend '
-                             'openvino), bf16 (--embed_precision bf16). Each adds the floor of its setting.')
+                             'openvino), bf16, int8 (--embed_precision). Each adds the floor of its setting.')
     parser.add_argument('--floor', type=str, default=None, help=argparse.SUPPRESS)  # a floor's own process
     parser.add_argument('--floor_mode', type=str, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -152,7 +154,7 @@ def main():
         best = min(times)
         target = f'(target <= {_TARGETS[setting]:.2f})' if setting in _TARGETS else ''
         first = (f'; first {times[0] / bare:.3f}x (empty OpenVINO cache)'
-                 if setting in (OPENVINO, BF16) and len(times) > 1 else '')
+                 if setting in (OPENVINO, BF16, INT8) and len(times) > 1 else '')
         print(f'build {setting:8} (whole process):          {best:7.2f} s  {len(texts) / best:7.1f} chunks/s  '
               f'{best / bare:.3f}x bare {target}{first}')
 

@@ -18,11 +18,13 @@ Run it with cwd at the tree to measure: that tree's code is what builds.
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Sequence
 
 # Stage busy seconds of the manifest, measured inside the pipeline run.
 STAGES = ('read', 'chunk', 'embed', 'minhash', 'entities', 'write', 'index', 'bm25')
@@ -87,12 +89,12 @@ def _wrap_phases(build_index, spans: dict) -> None:
     _timed(publish, 'publish', spans, 'publish')
 
 
-def one_run(corpus: str, chunk_size: int, precision: str) -> dict:
-    """Seconds of each phase of one build in a fresh process."""
+def one_run(corpus: str, chunk_size: int, precision: str, flags: Sequence[str] = ()) -> dict:
+    """Seconds of each phase of one build in a fresh process (`flags`: more of the build's flags)."""
     with tempfile.TemporaryDirectory() as tmp:
         times_file = os.path.join(tmp, 'times.json')
         argv = ['--input', corpus, '--output', os.path.join(tmp, 'out'), '--chunk_size', str(chunk_size),
-                '--embed_precision', precision]
+                '--embed_precision', precision, *flags]
         started = time.time()
         subprocess.run([sys.executable, os.path.abspath(__file__), '--child', times_file, '--', *argv],
                        check=True, capture_output=True)
@@ -112,8 +114,8 @@ def phases(started: float, ended: float, got: dict) -> dict:
         'options (torch import)': spans.get('options', 0.0),
         'model load': spans.get('model_load', 0.0),
         'kernel probe': spans.get('kernel_probe', 0.0),
-        'bf16: OpenVINO conversion and compile': spans.get('conversion', 0.0),
-        'bf16: precision check': spans.get('precision_check', 0.0),
+        'OpenVINO: conversion (int8: quantization) and compile': spans.get('conversion', 0.0),
+        'OpenVINO: precision check': spans.get('precision_check', 0.0),
         'spaCy load': spans.get('spacy', 0.0),
         'pipeline construction': spans.get('construction', 0.0),
         'run: embed': busy['embed'],
@@ -136,10 +138,13 @@ def main():
     parser.add_argument('--input', type=str, default='sample_corpus', help='The corpus to build.')
     parser.add_argument('--chunk_size', type=int, default=64, help='The build\'s --chunk_size.')
     parser.add_argument('--repeats', type=int, default=5, help='Builds, each in a fresh process; medians count.')
-    parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16'),
+    parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16', 'int8'),
                         help='The build\'s --embed_precision. In bf16 the runs share a fresh OpenVINO cache '
                              '(transforms/features/openvino_cache.py): the first converts and checks, the '
                              'next read both back (the max column is the first run).')
+    parser.add_argument('--build_flags', type=str, default='',
+                        help='More flags of the build, one string: e.g. "--chunker recursive --chunk_overlap 200 '
+                             '--filter none" for the Chroma build of build_throughput.py.')
     parser.add_argument('--child', type=str, default=None, help=argparse.SUPPRESS)  # one build's own process
     args, rest = parser.parse_known_args()
     if args.child:
@@ -148,7 +153,8 @@ def main():
         return
     with tempfile.TemporaryDirectory() as machine_cache:
         os.environ['RAGSIEVE_OPENVINO_CACHE'] = machine_cache
-        runs = [one_run(args.input, args.chunk_size, args.embed_precision) for _ in range(args.repeats)]
+        runs = [one_run(args.input, args.chunk_size, args.embed_precision, shlex.split(args.build_flags))
+                for _ in range(args.repeats)]
     print(f'| phase | median s (of {args.repeats}) | min s | max s |\n|---|---|---|---|')
     for phase in runs[0]:
         values = [r[phase] for r in runs]
