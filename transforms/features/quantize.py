@@ -49,11 +49,12 @@ def calibration_digest(texts: Sequence[str]) -> str:
 
 def quantization_key(fp32_key: str, texts: Sequence[str]) -> dict:
     """What the int8 graph depends on beside the fp32 graph (`fp32_key`): the set, NNCF and the CPU."""
-    import nncf
+    from importlib.metadata import version
 
     from transforms.features import kernels
 
-    return {'fp32': fp32_key, 'calibration': calibration_digest(texts), 'nncf': nncf.__version__,
+    # NNCF's version from its metadata: importing it (~2 s) is for a machine's first int8 build only.
+    return {'fp32': fp32_key, 'calibration': calibration_digest(texts), 'nncf': version('nncf'),
             'cpu': kernels.cpu_name(), 'flags': kernels.cpu_flags()}
 
 
