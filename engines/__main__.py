@@ -156,6 +156,7 @@ def hosts_command(args) -> int:
     if args.action == 'start':
         cluster = multihost.start_detached(check_dir(args.dir), args.size)
         (args.dir / state.FLAGS_FILE).write_text(' '.join(cluster.build_flags()) + '\n')
+        (args.dir / multihost.PORTABLE_FLAGS_FILE).write_text(' '.join(cluster.portable_flags()) + '\n')
         addresses = ', '.join(f'{h.name} {h.address}' for h in cluster.hosts.hosts.values())
         print(f'hosts up ({addresses}); MinIO holds {multihost.SAMPLE_CORPUS}; on the launcher, build with: '
               f'$(cat {args.dir / state.FLAGS_FILE})')

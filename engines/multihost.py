@@ -186,6 +186,8 @@ class FlinkHosts(flink.FlinkCluster):
 
 
 SAMPLE_CORPUS = 's3://ragsieve/sample_corpus'
+# Beside state.FLAGS_FILE (FlinkRunner's flags), the flags of a build sent to the job server on `jobserver`.
+PORTABLE_FLAGS_FILE = 'portable_flags'
 # Uploads a local directory to an s3:// prefix, run on the launcher host with the store's settings.
 _UPLOAD = ('import pathlib, sys; from transforms import storage; local, url = pathlib.Path(sys.argv[1]), sys.argv[2]\n'
            'for p in sorted(f for f in local.rglob("*") if f.is_file()):\n'
@@ -195,8 +197,15 @@ _UPLOAD = ('import pathlib, sys; from transforms import storage; local, url = pa
 def start_detached(directory: Path, taskmanagers: int = 2) -> FlinkHosts:
     """Starts the hosts and the cluster for `python -m engines hosts start`: they outlive this process
     (`attached(directory).stop()` removes them). MinIO gets the bucket `ragsieve` and the sample corpus
-    (`SAMPLE_CORPUS`)."""
+    (`SAMPLE_CORPUS`); a directory used before keeps MinIO's data (the bucket, earlier builds' outputs).
+
+    Raises:
+      ValueError: While hosts started under `directory` are still up (their names are the directory's).
+    """
     cluster = FlinkHosts(directory, flink.FlinkSettings(taskmanagers=taskmanagers), owner=None)
+    if cluster.hosts.switch in hosts.namespaces():
+        raise ValueError(f'hosts are already up under {directory}: use them, or remove them first with '
+                         f'python -m engines hosts stop --dir {directory}')
     try:
         cluster.start()
         cluster.make_bucket('ragsieve')
@@ -241,10 +250,15 @@ def listening(address: str, port: int) -> bool:
 
 
 def _make_bucket(endpoint: str, name: str) -> None:
+    """Makes bucket `name`; one MinIO kept from an earlier start on the same directory is used as it is."""
     import boto3
 
-    boto3.client('s3', endpoint_url=endpoint, aws_access_key_id=objectstores.MINIO_USER,
-                 aws_secret_access_key=objectstores.MINIO_PASSWORD, region_name='us-east-1').create_bucket(Bucket=name)
+    client = boto3.client('s3', endpoint_url=endpoint, aws_access_key_id=objectstores.MINIO_USER,
+                          aws_secret_access_key=objectstores.MINIO_PASSWORD, region_name='us-east-1')
+    try:
+        client.create_bucket(Bucket=name)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
 
 
 def _taskmanagers(rest: str) -> int:

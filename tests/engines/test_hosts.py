@@ -122,9 +122,16 @@ def test_host_names_are_checked():
         hosts.Hosts('/nonexistent', ['Alpha'])
 
 
-def test_python_m_engines_hosts_starts_runs_on_and_removes_a_cluster(tmp_path):
-    """The docs' worked example, but the build: start, a command on the launcher reading the sample corpus from
-    MinIO on `storage`, stop; nothing left."""
+def worked_example() -> list[str]:
+    """The commands of docs/operations.md's worked example on simulated hosts, continuation lines joined."""
+    text = (REPO / 'docs' / 'operations.md').read_text(encoding='utf-8')
+    block = next(b for b in text.split('```sh\n')[1:] if 'engines hosts start' in b).split('```')[0]
+    return [line for line in block.replace('\\\n', ' ').splitlines() if line.startswith('.venv/bin/python')]
+
+
+def test_the_docs_worked_example_runs_as_written_and_starts_again_on_its_directory(tmp_path):
+    """Start, the two builds (FlinkRunner, then the rebuild through the job server on `jobserver`), stop: the docs'
+    commands as written, on a directory of the test's own; then `start` while up (one line) and again after stop."""
     from engines import multihost
     from engines.fetch import EngineMissing
 
@@ -133,17 +140,31 @@ def test_python_m_engines_hosts_starts_runs_on_and_removes_a_cluster(tmp_path):
     except (hosts.HostsUnavailable, EngineMissing) as e:
         engine_missing(str(e))
     directory = tmp_path / 'cluster'
-    command = [sys.executable, '-m', 'engines', 'hosts']
+    start, first, second, stop = [c.replace('/tmp/cluster', str(directory)) for c in worked_example()]
+
+    def run(command):
+        return subprocess.run(command, shell=True, cwd=REPO, capture_output=True, text=True, timeout=900)
+
     try:
-        up = subprocess.run([*command, 'start', '--dir', str(directory)], cwd=REPO, capture_output=True, text=True)
+        up = run(start)
         assert up.returncode == 0, up.stderr
         assert 'launcher 10.47.0.7' in up.stdout and '--flink_master jobmanager:8081' in (directory / 'build_flags').read_text()
-        listed = subprocess.run([*command, 'run', '--dir', str(directory), 'launcher', '--', 'python', '-c',
-                                 'import socket; from transforms import storage; '
-                                 'print(socket.gethostname(), len(storage.list_files("s3://ragsieve/sample_corpus")))'],
-                                cwd=REPO, capture_output=True, text=True)
-        assert listed.stdout.split() == ['launcher', '6'], listed.stderr[-2000:]
+        again = run(start)
+        assert again.returncode == 2 and again.stderr.strip() == (
+            f'python -m engines hosts: error: hosts are already up under {directory}: use them, or remove them '
+            f'first with python -m engines hosts stop --dir {directory}')
+        built, rebuilt = run(first), run(second)
+        for done in (built, rebuilt):
+            assert done.returncode == 0 and 'published' in done.stdout, done.stderr[-3000:]
+        down = run(stop)
+        assert down.returncode == 0, down.stderr
+        # Back on the same directory: MinIO's data as it was (the bucket kept), no traceback.
+        up = run(start)
+        assert up.returncode == 0 and 'Traceback' not in up.stderr, up.stderr[-3000:]
+        listed = run(f'.venv/bin/python -m engines hosts run --dir {directory} launcher -- python -c '
+                     '"from transforms import storage; print(len(storage.list_files(\'s3://ragsieve/index\')) > 0)"')
+        assert listed.stdout.split() == ['True'], listed.stderr[-2000:]
     finally:
-        down = subprocess.run([*command, 'stop', '--dir', str(directory)], cwd=REPO, capture_output=True, text=True)
+        down = run(stop)
     assert down.returncode == 0, down.stderr
     assert not [n for n in hosts.namespaces() if n.startswith(multihost.attached(directory).switch.split('-')[0])]
