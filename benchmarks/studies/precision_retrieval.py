@@ -31,7 +31,6 @@ import argparse
 import csv
 import json
 import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -67,10 +66,11 @@ def load(variant: str):
 def evaluate(model, args, dataset: str, data: str, chunker: str, retrieval: str, query: str, out: Path) -> dict:
     """`ragsieve evaluate`'s rows (filter none) on one set: {retrieval: {metric: value}}."""
     from pipelines.evaluate import job, options
+    from transforms.features import precision
 
     flags = ['--dataset', dataset, '--data', data, '--output', str(out), '--chunkers', chunker, '--filters', 'none',
              '--progress', 'none', '--cache', args.cache, '--query_precision', query,
-             '--embed_precision', model_precision(model)]
+             '--embed_precision', precision.precision_of(model)]
     if retrieval:
         flags += ['--retrieval', retrieval]
     job.evaluate(options.config_from_args(options.parse_args(flags)), model)
@@ -80,12 +80,6 @@ def evaluate(model, args, dataset: str, data: str, chunker: str, retrieval: str,
         return {retrieval: {'recall': float(row['recall']), 'iou': float(row['iou'])}}
     return {r['retrieval']: {m: float(r[m]) for m in ('ndcg@10', 'recall@100', 'coverage@10')}
             for r in rows if r['retrieval'] != 'bm25'}
-
-
-def model_precision(model) -> str:
-    from transforms.features import precision
-
-    return precision.precision_of(model)
 
 
 def sample_texts(model, dataset: str, data: str, chunker: str) -> list[str]:

@@ -58,8 +58,8 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     digest of the arithmetic (`embedding.kernel_probe`), which the vectors'
     last bits depend on: vectors of other kernels are never mixed in.
     """
-    from transforms.features.embedding import LENGTH_BUCKET, kernel_probe
-    from transforms.features.models import model_fingerprint
+    from transforms.features.embedding import kernel_probe
+    from transforms.features.models import LENGTH_BUCKET, model_fingerprint
     from transforms.features.precision import INT8, backend_of, default_backend, precision_of
     from transforms.features.quantize import calibration_digest, calibration_texts
 

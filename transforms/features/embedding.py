@@ -16,8 +16,8 @@ from apache_beam.utils.shared import Shared
 
 from transforms import progress
 from transforms.features import kernels, openvino_cache, precision as precisions
-from transforms.features.models import (  # noqa: F401 (LENGTH_BUCKET: the padding's name in cache keys)
-    DEFAULT_EMBEDDING_MODEL, LENGTH_BUCKET, check_device, load_embedding_model, padded_length, tokenize)
+from transforms.features.models import (
+    DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model, padded_length, tokenize)
 from transforms.types import Chunk
 
 
