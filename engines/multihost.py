@@ -35,11 +35,70 @@ STORE_ENV = {'AWS_ACCESS_KEY_ID': objectstores.MINIO_USER, 'AWS_SECRET_ACCESS_KE
              'AWS_REGION': 'us-east-1', 'AWS_ENDPOINT_URL_S3': f'http://storage:{MINIO_PORT}'}
 
 
+# The daemon each host runs, by its name in `daemons` (a TaskManager's host runs the TaskManager of its name).
+DAEMONS = {'storage': 'minio', 'jobmanager': 'jobmanager', 'jobserver': 'jobserver'}
+
+
 def host_names(taskmanagers: int) -> list[str]:
     return ['storage', 'jobmanager', 'jobserver', *(f'taskmanager-{i}' for i in range(taskmanagers)), 'launcher']
 
 
-class FlinkHosts(flink.FlinkCluster):
+class ClusterOnHosts:
+    """What an engine's cluster on simulated hosts has whatever the engine: MinIO on `storage`, daemons started on
+    a host, calls from inside one, a host lost and its daemon reaped, the hosts removed with the cluster.
+
+    Mixed in before the engine's cluster class (a `processes.Cluster`, whose `daemons`, `logs` and `env` it
+    uses); the subclass sets `hosts`, `minio` and `log_dir` and says which daemon runs on a host (`daemon_of`).
+    """
+
+    hosts: hosts.Hosts
+    minio: Path
+    log_dir: str  # where a daemon's output goes on its host
+
+    @property
+    def store_env(self) -> dict:
+        """What an S3 client on any host needs to reach MinIO on `storage` (the daemons and SDK workers get it)."""
+        return STORE_ENV
+
+    def daemon_of(self, host: str) -> str:
+        """The name in `daemons` of the daemon `host` runs."""
+        raise NotImplementedError
+
+    def cut(self, host: str) -> None:
+        """`host` is lost: its link is cut and all its processes are SIGKILLed (its daemon reaped)."""
+        self.hosts.cut(host)
+        daemon = self.daemons.get(self.daemon_of(host))
+        if daemon is not None:
+            daemon.wait()
+
+    def call(self, host: str, function: Callable, *args):
+        """`function(*args)` in a thread inside `host`'s network namespace (its sockets are the host's)."""
+        return hosts.call_in(self.hosts[host].namespace, function, *args)
+
+    def launch_on(self, host: str, name: str, command: Sequence[str], env: Optional[dict] = None) -> None:
+        """Starts daemon `name` on `host`, its output into the host's `log_dir`/NAME.out."""
+        self.logs[name] = self.hosts[host].outside(f'{self.log_dir}/{name}.out')
+        self.daemons[name] = self.hosts.popen(host, command, self.logs[name], {**self.env, **(env or {})})
+
+    def _start_minio(self) -> None:
+        self.launch_on('storage', 'minio', [str(self.minio), 'server', '/tmp/minio/data', '--quiet',
+                                            '--address', f':{MINIO_PORT}', '--console-address', ':9001'],
+                       {'MINIO_ROOT_USER': objectstores.MINIO_USER, 'MINIO_ROOT_PASSWORD': objectstores.MINIO_PASSWORD,
+                        'MINIO_BROWSER': 'off'})
+        url = f'http://{self.hosts["storage"].address}:{MINIO_PORT}/minio/health/ready'
+        processes.wait_until(lambda: self.call('launcher', objectstores.http_ready, url), self.daemons, self.logs, 60,
+                             'MinIO answering')
+
+    def make_bucket(self, name: str) -> None:
+        """Makes bucket `name` on MinIO (from the launcher host)."""
+        self.call('launcher', _make_bucket, f'http://{self.hosts["storage"].address}:{MINIO_PORT}', name)
+
+    def stop(self) -> None:
+        super().stop()
+        self.hosts.stop()
+
+
+class FlinkHosts(ClusterOnHosts, flink.FlinkCluster):
     """MinIO and a Flink session cluster on simulated hosts; a context manager that removes all of it.
 
     Args:
@@ -53,6 +112,8 @@ class FlinkHosts(flink.FlinkCluster):
       engines.fetch.EngineMissing: Without Java, Flink, Beam's job server or MinIO.
     """
 
+    log_dir = LOG
+
     def __init__(self, directory: Path, settings: flink.FlinkSettings = flink.FlinkSettings(),
                  owner: Optional[int] = -1, env: Optional[dict] = None):
         why = hosts.available()
@@ -62,11 +123,6 @@ class FlinkHosts(flink.FlinkCluster):
         super().__init__(Path(directory), settings, {**STORE_ENV, **(env or {})})
         self.rest_port = REST_PORT
         self.hosts = hosts.Hosts(self.directory, host_names(settings.taskmanagers), owner)
-
-    @property
-    def store_env(self) -> dict:
-        """What an S3 client on any host needs to reach MinIO on `storage` (the daemons and SDK workers get it)."""
-        return STORE_ENV
 
     @property
     def master(self) -> str:
@@ -97,14 +153,12 @@ class FlinkHosts(flink.FlinkCluster):
             conf.mkdir(parents=True, exist_ok=True)
             (conf / 'config.yaml').write_text(yaml.safe_dump(config, sort_keys=True))
             (conf / 'log4j.properties').write_text(flink.LOG4J)
-        jvm, dynamic = self.resource_params('GET_JM_RESOURCE_PARAMS')
-        self._daemon('jobmanager', jvm, flink.JOBMANAGER, dynamic)
+        self._start_jobmanager()
         for i in range(self.settings.taskmanagers):
             self.start_taskmanager(i)
         self._start_job_server()
         self.wait_for_taskmanagers(self.settings.taskmanagers, timeout)
-        processes.wait_until(lambda: self.call('launcher', listening, self.hosts['jobserver'].address, JOB_PORT),
-                             self.daemons, self.logs, timeout, 'job server listening')
+        self._wait_for_job_server(timeout)
         return self
 
     def config(self) -> dict:
@@ -131,26 +185,37 @@ class FlinkHosts(flink.FlinkCluster):
 
     def cut_taskmanager(self, i: int) -> None:
         """Host `taskmanager-i` is lost: its link is cut and all its processes are SIGKILLed."""
-        self.hosts.cut(f'taskmanager-{i}')
-        self.daemons[f'taskmanager-{i}'].wait()
+        self.cut(f'taskmanager-{i}')
 
     def mend_taskmanager(self, i: int) -> None:
         """Host `taskmanager-i` is back: its link up, its TaskManager started again."""
-        self.hosts.mend(f'taskmanager-{i}')
-        self.start_taskmanager(i)
+        self.mend(f'taskmanager-{i}')
+
+    def daemon_of(self, host: str) -> str:
+        return DAEMONS.get(host, host)
+
+    def mend(self, host: str, timeout: float = 180) -> None:
+        """`host` is back, its daemon started again: MinIO with the data its disk kept, the job server, a
+        TaskManager; a JobManager, with every TaskManager registered again (one that gave up waiting for it is
+        started again)."""
+        self.hosts.mend(host)
+        if host == 'storage':
+            self._start_minio()
+        elif host == 'jobserver':
+            self._start_job_server()
+            self._wait_for_job_server(timeout)
+        elif host == 'jobmanager':
+            self._start_jobmanager()
+            for i in range(self.settings.taskmanagers):
+                if self.daemons[f'taskmanager-{i}'].poll() is not None:
+                    self.start_taskmanager(i)
+            self.wait_for_taskmanagers(self.settings.taskmanagers, timeout)
+        else:
+            self.start_taskmanager(int(host.rsplit('-', 1)[1]))
 
     def wait_for_taskmanagers(self, n: int, timeout: float = 120) -> None:
         processes.wait_until(lambda: self.call('launcher', _taskmanagers, self.rest) == n, self.daemons, self.logs,
                              timeout, f'{n} TaskManagers registered')
-
-    def call(self, host: str, function: Callable, *args):
-        """`function(*args)` in a thread inside `host`'s network namespace (its sockets are the host's)."""
-        return hosts.call_in(self.hosts[host].namespace, function, *args)
-
-    def launch_on(self, host: str, name: str, command: Sequence[str], env: Optional[dict] = None) -> None:
-        """Starts daemon `name` on `host`, its output into the host's /tmp/flink/log/NAME.out."""
-        self.logs[name] = self.hosts[host].outside(f'{LOG}/{name}.out')
-        self.daemons[name] = self.hosts.popen(host, command, self.logs[name], {**self.env, **(env or {})})
 
     def _daemon(self, name: str, jvm: list[str], main: str, dynamic: list[str]) -> None:
         classpath = ':'.join([f'{self.dist / "lib"}/*', *self.beam_jars(skip=('flink-', 'slf4j-'))])
@@ -159,6 +224,14 @@ class FlinkHosts(flink.FlinkCluster):
                                     '-cp', classpath, main, '--configDir', CONF, *dynamic])
         self.logs[name] = self.hosts[name].outside(f'{LOG}/{name}.log')
 
+    def _start_jobmanager(self) -> None:
+        jvm, dynamic = self.resource_params('GET_JM_RESOURCE_PARAMS')
+        self._daemon('jobmanager', jvm, flink.JOBMANAGER, dynamic)
+
+    def _wait_for_job_server(self, timeout: float) -> None:
+        processes.wait_until(lambda: self.call('launcher', listening, self.hosts['jobserver'].address, JOB_PORT),
+                             self.daemons, self.logs, timeout, 'job server listening')
+
     def _start_job_server(self) -> None:
         self.launch_on('jobserver', 'jobserver', [
             # --job-host names the host: the job server gives it as its artifact service's address, which the
@@ -166,23 +239,6 @@ class FlinkHosts(flink.FlinkCluster):
             self.java, '-jar', str(self.job_server), '--flink-master', self.master, '--job-host', 'jobserver',
             '--job-port', str(JOB_PORT), '--artifact-port', str(ARTIFACT_PORT),
             '--expansion-port', str(EXPANSION_PORT)])
-
-    def _start_minio(self) -> None:
-        self.launch_on('storage', 'minio', [str(self.minio), 'server', '/tmp/minio/data', '--quiet',
-                                            '--address', f':{MINIO_PORT}', '--console-address', ':9001'],
-                       {'MINIO_ROOT_USER': objectstores.MINIO_USER, 'MINIO_ROOT_PASSWORD': objectstores.MINIO_PASSWORD,
-                        'MINIO_BROWSER': 'off'})
-        url = f'http://{self.hosts["storage"].address}:{MINIO_PORT}/minio/health/ready'
-        processes.wait_until(lambda: self.call('launcher', objectstores.http_ready, url), self.daemons, self.logs, 60,
-                             'MinIO answering')
-
-    def make_bucket(self, name: str) -> None:
-        """Makes bucket `name` on MinIO (from the launcher host)."""
-        self.call('launcher', _make_bucket, f'http://{self.hosts["storage"].address}:{MINIO_PORT}', name)
-
-    def stop(self) -> None:
-        super().stop()
-        self.hosts.stop()
 
 
 SAMPLE_CORPUS = 's3://ragsieve/sample_corpus'

@@ -73,16 +73,19 @@ class SparkCluster(processes.Cluster):
 
     def build_flags(self) -> list[str]:
         """The flags that send a build to this cluster (Beam's names)."""
-        properties = {'spark.executor.memory': self.settings.executor_memory,
-                      # Beam's jars before Spark's on executors too, as in the job server's launcher: Spark
-                      # ships Guava 14, on which Beam's GCS support, loaded with its filesystems, fails every
-                      # first task of a job (NoSuchMethodError in Preconditions.checkState).
-                      'spark.executor.extraClassPath': f'{fetch.executor_jars()}/*',
-                      'spark.default.parallelism': self.settings.parallelism,
-                      'spark.local.dir': self.directory / 'tmp'}
         return ['--runner', 'SparkRunner', '--spark_master_url', self.master_url,
                 '--spark_job_server_jar', str(self.job_server),
-                *(f'--job_server_jvm_properties=-D{k}={v}' for k, v in properties.items())]
+                *(f'--job_server_jvm_properties=-D{k}={v}' for k, v in self.driver_properties().items())]
+
+    def driver_properties(self) -> dict:
+        """The Spark properties of a build's driver (the job server Beam starts), its executors' among them."""
+        return {'spark.executor.memory': self.settings.executor_memory,
+                # Beam's jars before Spark's on executors too, as in the job server's launcher: Spark
+                # ships Guava 14, on which Beam's GCS support, loaded with its filesystems, fails every
+                # first task of a job (NoSuchMethodError in Preconditions.checkState).
+                'spark.executor.extraClassPath': f'{fetch.executor_jars()}/*',
+                'spark.default.parallelism': self.settings.parallelism,
+                'spark.local.dir': self.directory / 'tmp'}
 
     def start(self, timeout: float = 120) -> 'SparkCluster':
         """Starts the master and the workers; returns once all workers are alive."""
@@ -104,17 +107,30 @@ class SparkCluster(processes.Cluster):
         """kill -9 of worker `i`, as a crashed machine: its executors, left alone, exit when they notice."""
         processes.kill(self.daemons[f'worker-{i}'])
 
+    def master_state(self) -> Optional[dict]:
+        """The master's view of the cluster (its web UI's `/json/`: workers, applications); None while it does
+        not answer."""
+        return processes.read_json(f'{self.ui}/json/')
+
     def wait_for_workers(self, n: int, timeout: float = 120) -> None:
         def alive() -> bool:
-            state = processes.read_json(f'{self.ui}/json/')
+            state = self.master_state()
             return bool(state) and sum(w.get('state') == 'ALIVE' for w in state.get('workers', [])) == n
 
         processes.wait_until(alive, self.daemons, self.logs, timeout, f'{n} Spark workers alive')
 
-    def _daemon(self, name: str, main: str, args: list[str]) -> None:
+    def daemon_command(self, main: str, args: list[str], properties: Optional[dict] = None) -> list[str]:
+        """The `java` command of a Spark daemon (`MASTER`, `WORKER`), with Spark `properties` as `-D`s."""
+        return [self.java, '-Xmx1g', *(f'-D{k}={v}' for k, v in (properties or {}).items()),
+                '-cp', f'{self.home / "jars"}/*', main, *args]
+
+    def daemon_env(self, local_ip: str, directory: Path) -> dict:
+        """A Spark daemon's environment: its address, and its scratch and logs under `directory`."""
         # SPARK_SCALA_VERSION as Spark's bin/load-spark-env.sh sets it: without it a worker's launcher
         # looks for a source tree's build directories to start its executors from.
-        env = {'SPARK_HOME': str(self.home), 'SPARK_SCALA_VERSION': '2.12', 'SPARK_LOCAL_IP': '127.0.0.1',
-               'SPARK_LOCAL_DIRS': str(self.directory / 'tmp'), 'SPARK_LOG_DIR': str(self.directory / 'log')}
-        self.launch(name, [self.java, '-Xmx1g', '-cp', f'{self.home / "jars"}/*', main, *args],
-                    self.directory / 'log' / f'{name}.log', env)
+        return {'SPARK_HOME': str(self.home), 'SPARK_SCALA_VERSION': '2.12', 'SPARK_LOCAL_IP': local_ip,
+                'SPARK_LOCAL_DIRS': str(directory / 'tmp'), 'SPARK_LOG_DIR': str(directory / 'log')}
+
+    def _daemon(self, name: str, main: str, args: list[str]) -> None:
+        self.launch(name, self.daemon_command(main, args), self.directory / 'log' / f'{name}.log',
+                    self.daemon_env('127.0.0.1', self.directory))

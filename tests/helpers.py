@@ -649,6 +649,60 @@ def sdk_workers(daemon) -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
+@contextlib.contextmanager
+def fake_flink_rest(jobs: list):
+    """A stand-in for Flink's REST API where the unit under test is what a build asks of it, not Flink: it lists
+    `jobs` (`/jobs/overview`) and cancels one on `PATCH /jobs/JID?mode=cancel` (its state becomes CANCELED).
+    Yields `(url, cancelled paths)`."""
+    import http.server
+    import threading
+
+    patched: list = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self._answer(200, json.dumps({'jobs': jobs}).encode())
+
+        def do_PATCH(self):
+            patched.append(self.path)
+            for job in jobs:
+                if self.path == f'/jobs/{job["jid"]}?mode=cancel':
+                    job['state'] = 'CANCELED'
+            self._answer(202, b'{}')
+
+        def _answer(self, status, body):
+            self.send_response(status)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f'http://127.0.0.1:{server.server_port}', patched
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def cpu_burners(n: int = 1):
+    """`n` processes that spin on a core each while the block runs: a machine loaded as CI's is by other builds."""
+    import subprocess
+    import sys
+
+    burners = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(n)]
+    try:
+        yield burners
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
 # --- vector stores, synced -------------------------------------------------------------
 
 
@@ -893,6 +947,78 @@ def download(url: str, local: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(storage.read_bytes(f.path))
     return Path(local)
+
+
+# --- builds on the simulated hosts (engines.multihost.FlinkHosts, engines.sparkhosts.SparkHosts) ----------
+
+# The sample corpus's paragraph-sized chunks, as `make demo` builds it.
+HOST_BUILD_FLAGS = ['--chunk_size', '64']
+# The view's timed lines every second, on stderr: what tests read the live counts from.
+PROGRESS_LOG = ['--progress', 'log', '--progress_interval', '1']
+
+
+def on_host(cluster, host, argv, wait=None, timeout=1800, stderr_log=None):
+    """Runs `argv` (python's arguments) on `host` from the checkout, with the store's settings; with `wait`,
+    calls it with the process until it returns True. With `stderr_log` (a path here), its stderr goes there as
+    it comes, for `wait` to read, and is returned too."""
+    import subprocess
+    import sys
+    import time
+
+    command = cluster.hosts.command(host, [sys.executable, *argv], cwd=str(REPO))
+    with open(stderr_log, 'w') if stderr_log else contextlib.nullcontext(subprocess.PIPE) as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                   env=cluster.hosts.environment(cluster.store_env), start_new_session=True)
+        while wait is not None and process.poll() is None and not wait(process):
+            time.sleep(0.5)
+        out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(command, process.returncode, out,
+                                       Path(stderr_log).read_text() if stderr_log else err)
+
+
+def build_on_host(cluster, host, corpus, root, run_id, *flags, wait=None, stderr_log=None):
+    """`ragsieve build` of `corpus` into the versioned `root`, run `run_id`, on `host` (see `on_host`)."""
+    return on_host(cluster, host, ['-m', 'pipelines.cli', 'build', '--input', corpus, '--output', root, '--versioned',
+                                   '--run_id', run_id, *HOST_BUILD_FLAGS, *flags], wait, stderr_log=stderr_log)
+
+
+def upload_from_launcher(cluster, local: Path, url: str) -> str:
+    """Copies `local` onto the launcher's disk, then from there to `url` on MinIO."""
+    import shutil
+
+    name = re.sub(r'[^a-z0-9]+', '-', url)
+    staged = cluster.hosts['launcher'].tmp / 'upload' / name
+    shutil.copytree(local, staged)
+    try:
+        done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import upload; '
+                                             'upload(*sys.argv[1:])', f'/tmp/upload/{name}', url])
+    finally:
+        shutil.rmtree(staged)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return url
+
+
+def live_chunk_counts(stderr: str) -> list[int]:
+    """The chunks made, as the build's timed progress lines counted them while the job ran (the last line,
+    `done in`, excluded)."""
+    return [int(n) for line in stderr.splitlines() if 'ragsieve.build: progress ' in line
+            for n in re.findall(r'; chunk (\d+) chunks;', line)]
+
+
+def download_to_launcher(cluster, url: str, name: str) -> Path:
+    """Copies the objects under `url` to the launcher's disk; returns where they lie on this machine."""
+    done = on_host(cluster, 'launcher', ['-c', 'import sys; from tests.helpers import download; '
+                                         'download(*sys.argv[1:])', url, f'/tmp/download/{name}'])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cluster.hosts['launcher'].tmp / 'download' / name
+
+
+def objects_on_store(cluster, url: str) -> list[str]:
+    """The objects under `url` on MinIO, listed from the launcher."""
+    done = on_host(cluster, 'launcher', ['-c', 'import sys; from transforms import storage; '
+                                         'print("\\n".join(f.path for f in storage.list_files(sys.argv[1])))', url])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
 
 
 def minio_credentials(server, bucket: str) -> dict:

@@ -1,13 +1,13 @@
-"""Live counts from the workers to the launcher: cumulative per process, a UDP datagram at most twice a second.
+"""Live counts from the workers to the launcher: cumulative per stage instance, a UDP datagram at most twice a second.
 
 Beam's counters reach the launcher only when a bundle ends, and the
 embedding stage of a build is one long bundle; so the stages that count
-their work for the manifest also call `count`, which, when the launcher
-set `ENV` (`HOST:PORT`), sends this process's cumulative counts to it,
-with the job's token (`TOKEN_ENV`): the listener counts only datagrams that
+their work for the manifest also count it in a `Tally`, which, when the
+launcher set `ENV` (`HOST:PORT`), sends its cumulative counts there, with
+the job's token (`TOKEN_ENV`): the listener counts only datagrams that
 carry it, so no other process on the machine can add to a build's counts.
 A lost datagram costs nothing: the next one carries the same counts, and
-more. Without `ENV` a call costs one environment lookup.
+more. Without `ENV` a count costs one environment lookup.
 """
 
 from __future__ import annotations
@@ -57,22 +57,16 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Sender:
-    """This process's counts for one listener, and the socket they are sent through."""
+class _Channel:
+    """The socket this process sends through to one listener, with the job's token."""
 
     def __init__(self, address: str, token: str):
         self.address, self.token = address, token
         self.target = parse_address(address)
-        self.sender = f'{socket.gethostname()}:{os.getpid()}'
-        self.counts: collections.Counter = collections.Counter()
-        self.sent = 0.0
-        self.sequence = itertools.count(1)
         self.socket = socket.socket(socket.AF_INET6 if ':' in self.target[0] else socket.AF_INET, socket.SOCK_DGRAM)
 
-    def send(self, now: float) -> None:
-        self.sent = now
-        message = {'sender': self.sender, 'sequence': next(self.sequence), 'counts': dict(self.counts),
-                   'token': self.token}
+    def send(self, sender: str, sequence: int, counts: dict) -> None:
+        message = {'sender': sender, 'sequence': sequence, 'counts': counts, 'token': self.token}
         try:
             self.socket.sendto(json.dumps(message).encode('utf-8'), self.target)
         except OSError:  # a listener gone or unreachable: progress is never worth failing a build for
@@ -80,42 +74,83 @@ class _Sender:
 
 
 _lock = threading.Lock()
-_sender: Optional[_Sender] = None
+_channel: Optional[_Channel] = None
+# Numbers this process's tallies, so each sends as a sender of its own.
+_tallies = itertools.count(1)
 
 
-def _sender_for(address: str) -> Optional[_Sender]:
-    """The sender for `address` and the job's token, made anew when either changes (a new build in this process)."""
-    global _sender
+def _channel_for(address: str) -> Optional[_Channel]:
+    """The channel to `address` with the job's token, made anew when either changes (a new build in this process)."""
+    global _channel
     token = os.environ.get(TOKEN_ENV, '')
-    if _sender is None or _sender.address != address or _sender.token != token:
+    if _channel is None or _channel.address != address or _channel.token != token:
         try:
-            _sender = _Sender(address, token)
+            _channel = _Channel(address, token)
         except (ValueError, OSError):
             return None
-    return _sender
+    return _channel
 
 
-def count(key: str, n: int = 1) -> None:
-    """Adds `n` to this process's count `key`; sends the counts if none were sent for `SEND_SECONDS`."""
-    address = os.environ.get(ENV)
-    if not n or not address:
-        return
-    with _lock:
-        sender = _sender_for(address)
-        if sender is None:
+class Tally:
+    """One stage instance's live counts, cumulative, sent as a sender of their own.
+
+    A DoFn makes one in its constructor; each deserialized copy of it (one
+    per bundle processor of an SDK worker) counts apart, as
+    `HOST:PID/N`. So the launcher can tell the counts of a job's attempt
+    from those of an attempt an engine restarted: a restarted task's DoFns
+    are new copies, even in an SDK worker that served the failed attempt,
+    and their first counts arrive after the failure (the listener's
+    `restarted`). Counts start again for a new listener's address or token.
+    """
+
+    def __init__(self):
+        self._reset(None)
+
+    def __getstate__(self) -> dict:
+        return {}  # a copy counts from zero, as a sender of its own
+
+    def __setstate__(self, state: dict) -> None:
+        self._reset(None)
+
+    def _reset(self, channel: Optional[_Channel]) -> None:
+        self._channel = channel
+        self._sender: Optional[str] = None
+        self._counts: collections.Counter = collections.Counter()
+        self._sequence = itertools.count(1)
+        self._sent = float('-inf')
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Adds `n` to the count `key`; sends the counts if none were sent for `SEND_SECONDS`."""
+        address = os.environ.get(ENV)
+        if not n or not address:
             return
-        sender.counts[key] += n
-        now = time.monotonic()
-        if now - sender.sent >= SEND_SECONDS:
-            sender.send(now)
+        with _lock:
+            if not self._ready(address):
+                return
+            self._counts[key] += n
+            now = time.monotonic()
+            if now - self._sent >= SEND_SECONDS:
+                self._send(now)
 
+    def flush(self) -> None:
+        """Sends the counts now: a stage's last ones, at the end of its bundle."""
+        address = os.environ.get(ENV)
+        if not address:
+            return
+        with _lock:
+            if self._ready(address) and self._counts:
+                self._send(time.monotonic())
 
-def flush() -> None:
-    """Sends the counts now: a stage's last ones, at the end of its bundle."""
-    address = os.environ.get(ENV)
-    if not address:
-        return
-    with _lock:
-        sender = _sender_for(address)
-        if sender is not None and sender.counts:
-            sender.send(time.monotonic())
+    def _ready(self, address: str) -> bool:
+        channel = _channel_for(address)
+        if channel is None:
+            return False
+        if channel is not self._channel:
+            self._reset(channel)
+        if self._sender is None:
+            self._sender = f'{socket.gethostname()}:{os.getpid()}/{next(_tallies)}'
+        return True
+
+    def _send(self, now: float) -> None:
+        self._sent = now
+        self._channel.send(self._sender, next(self._sequence), dict(self._counts))

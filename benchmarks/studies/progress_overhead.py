@@ -39,7 +39,7 @@ def build_seconds(data: str, out: str, flags: list) -> float:
 
 
 def count_cost() -> float:
-    """Seconds per `progress.count` call with a listener set, sends at most every 0.5 s included."""
+    """Seconds per `progress.Tally.count` call with a listener set, sends at most every 0.5 s included."""
     import socket
 
     from transforms import progress
@@ -48,8 +48,8 @@ def count_cost() -> float:
     listener.bind(('127.0.0.1', 0))
     os.environ[progress.ENV] = f'127.0.0.1:{listener.getsockname()[1]}'
     try:
-        n = 200_000
-        return timeit.timeit(lambda: progress.count(progress.EMBEDDED, 8), number=n) / n
+        n, tally = 200_000, progress.Tally()
+        return timeit.timeit(lambda: tally.count(progress.EMBEDDED, 8), number=n) / n
     finally:
         del os.environ[progress.ENV]
         listener.close()

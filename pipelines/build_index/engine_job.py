@@ -6,8 +6,14 @@ whose launcher stopped waiting (a job server killed, Ctrl-C) runs on in the
 cluster and writes into a run directory the build has given up. So a build
 on an engine waits through `wait`: a job that shows no progress for
 `--engine_stall_timeout` seconds is cancelled and ends the build with one
-line and exit status 6 (`JOB_FAILED`), a lost job server too, and Ctrl-C
-cancels the job before the build exits 130. Progress is the workers' live
+line and exit status 6 (`JOB_FAILED`), a lost job server too (its stream
+broken, or a job server elsewhere that accepts no connection for
+`SILENT_SERVICE_SECONDS`: a host cut off breaks no stream), a JobManager
+silent as long, and a lost
+lease on the output (its store gone); Ctrl-C cancels the job before the
+build exits 130. Each such line, and a failed job's, leads with the first
+of the job's services that no longer answers, when one does not
+(`engine_services`). Progress is the workers' live
 counts (`pipelines/build_index/progress.py`) once they are known to reach
 the launcher (a count arrived, or the workers run on this machine);
 until then, and beside them, Flink's own view of the job through its REST
@@ -32,12 +38,13 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.build_index import flink_rest_api, job_server, runners
+from pipelines.common import failures
 from pipelines.common.exits import JOB_FAILED
 
 LOG = logging.getLogger('ragsieve.build')
@@ -50,14 +57,22 @@ POLL_SECONDS = 1.0
 # Seconds of a job's tasks running on the engine without a worker's count before the view says the workers do
 # not reach the launcher: longer than an SDK worker's start and model load on a busy host.
 SILENT_SECONDS = 30.0
-# Every how many looks at a Flink job its failures are read for one no restart mends.
-MENDLESS_EVERY = 5
+# Every how many polls a Flink job's failures are read: for one no restart mends, and for the restarts after which
+# the live counts are the new attempt's (`LiveCounts.restarted`). Small: Flink's exception history is a short read.
+FAILURES_EVERY = 5
 # Every how many polls Flink's view of the job is read once the workers' counts reach the launcher: they are the
 # progress then, and each read makes Flink's JobManager copy the whole job (every task, its Beam metrics as JSON):
 # read every second, that took a JobManager core on a job of 10,000 tasks (a million chunks on one machine).
 LOOK_EVERY_COUNTING = 30
 # How long a cancellation may take before the build ends anyway.
 CANCEL_SECONDS = 15.0
+# Seconds a job server elsewhere (`--job_endpoint`) or Flink's JobManager may accept no connection before the
+# build counts it lost: a host cut off drops packets, and Beam's stream from a job server there waits on with no
+# error (measured: the job finished on Flink, the launcher waited on), a job server that lost its JobManager
+# fails the job only after minutes of retries. Far longer than a network blip the stream would survive.
+SILENT_SERVICE_SECONDS = 30.0
+# Seconds a connection to a service may take before it counts as not answering.
+PROBE_SECONDS = 3.0
 # Runners that send the job to a job service (short names).
 JOB_SERVICE_RUNNERS = ('flink', 'spark', 'portable')
 # Embedded engines and job services: nothing to reach before the job starts.
@@ -100,11 +115,16 @@ class LiveCounts:
       counts: The counts now.
       arrived: Whether any worker's counts reached the launcher yet.
       local: Whether the workers run on this machine, as far as the flags tell.
+      restarted: Takes the times (seconds since the epoch) the engine restarted the whole job: the counts are
+        the latest attempt's from then on (`progress.Listener`).
+      where: The counts now in words (`View.where`), for the line of a job that stopped.
     """
 
     counts: Callable[[], object]
     arrived: Callable[[], bool]
     local: bool
+    restarted: Callable[[Sequence[float]], None] = lambda times: None
+    where: Callable[[], str] = lambda: ''
 
 
 class Stall:
@@ -209,6 +229,52 @@ def parse_master(flag: str, master: Optional[str]) -> Optional[tuple[str, str, i
     if not parts.hostname or port is None:
         return None  # Beam says what it makes of it
     return flag, parts.hostname, port
+
+
+def answers(host: str, port: int, timeout: float = PROBE_SECONDS) -> bool:
+    """Whether `host:port` accepts a TCP connection within `timeout` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class SilentServices:
+    """Which of a job's services has accepted no connection for `after` seconds, asked now and then.
+
+    Args:
+      watched: `(role, host, port)` of each: a job server elsewhere, Flink's
+        JobManager (`watched_services`).
+    """
+
+    def __init__(self, watched: Sequence[tuple[str, str, int]], after: float = SILENT_SERVICE_SECONDS,
+                 answer: Optional[Callable[[str, int], bool]] = None):
+        self.watched, self.after = list(watched), after
+        self._answer = answer or (lambda host, port: answers(host, port))
+        self._silent_since: dict[str, float] = {}
+
+    def lost(self, now: float) -> Optional[str]:
+        """The role of the first service silent for `after` seconds by `now`; None while each answers."""
+        for role, host, port in self.watched:
+            if self._answer(host, port):
+                self._silent_since.pop(role, None)
+            elif now - self._silent_since.setdefault(role, now) >= self.after:
+                return role
+        return None
+
+
+def watched_services(options: PipelineOptions) -> list[tuple[str, str, int]]:
+    """`(role, host, port)` of the services whose silence ends a build's wait: a job server elsewhere
+    (`--job_endpoint`; one this launcher started breaks Beam's stream when it dies) and Flink's JobManager."""
+    watched = []
+    endpoint = master_address(options) if engine(options) == 'portable' else None
+    if endpoint:
+        watched.append(('job service', endpoint[1], endpoint[2]))
+    flink = flink_master(options)
+    if flink:
+        watched.append(('Flink JobManager', flink[1], flink[2]))
+    return watched
 
 
 def check_reachable(options: PipelineOptions, timeout: float = 5.0) -> None:
@@ -368,7 +434,8 @@ class _DropJobErrors(logging.Filter):
 
 def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: float,
          clock: Callable[[], float] = time.monotonic, poll: float = POLL_SECONDS,
-         look: Optional[Callable[[], Optional[flink_rest_api.EngineLook]]] = None) -> None:
+         look: Optional[Callable[[], Optional[flink_rest_api.EngineLook]]] = None,
+         silent: Callable[[], Optional[str]] = lambda: None, lost: Callable[[], Optional[str]] = lambda: None) -> None:
     """Waits for the job of `result` to finish; on a job service, bounds it and cancels what it leaves.
 
     Args:
@@ -381,10 +448,17 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
       look: The engine's view of the job now (None while it shows none);
         default: `engine_look`. While neither it nor counts known to reach
         the launcher show anything, only the engine bounds the job (`judged`).
+      silent: Which of the job's services no longer answers, in words
+        (`engine_services.silent_line`), or None: asked once the job failed,
+        stalled or lost its job service, it leads the build's line.
+      lost: Why the build's hold on its output was lost, or None, asked at
+        each poll (`snapshots.lost_lease`: a store that stopped answering):
+        the job is cancelled then, as nothing it writes could be published.
 
     Raises:
       JobEnded: When the job made no progress for `timeout` seconds, or the
-        job service was lost; either way the job was cancelled.
+        job service or the build's lease was lost (each way the job was
+        cancelled), or the job failed while one of its services does not answer.
       KeyboardInterrupt: After cancelling the job.
     """
     kind = engine(options)
@@ -405,32 +479,46 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
         progress, working = seen or (None, True)  # nothing to judge by: the engine alone bounds the job
         return stall.stalled(progress, clock(), working=working)
 
-    stall, silent = Stall(timeout, clock()), SilentWorkers()
+    stall, unheard = Stall(timeout, clock()), SilentWorkers()
+    services = SilentServices(watched_services(options))
     with quiet_job_messages():
         thread = threading.Thread(target=waiter, name='ragsieve-engine-wait', daemon=True)
         thread.start()
         try:
-            looks, engine_now = 0, None
+            engine_now = None
             for polls in itertools.count(1):
                 thread.join(poll)
                 if not thread.is_alive():
                     break
+                gone = services.lost(clock()) if polls % FAILURES_EVERY == 0 else None
+                if gone:
+                    said = silent() or f'the {gone} does not answer'
+                    raise JobEnded(f'error: {said} (for {services.after:.0f} s) while the job ran on {kind}: '
+                                   f'{cancel(result, options)}; nothing was published')
+                if look is not None and polls % FAILURES_EVERY == 0:
+                    history = flink_exceptions(options) or {}
+                    mendless = flink_rest_api.missing_program_line(history)
+                    if mendless:  # every restart fails the same way: minutes of them
+                        raise JobEnded(f'error: {mendless}: {cancel(result, options)}; nothing was published')
+                    if live is not None and restarts_whole_job(options):
+                        live.restarted(flink_rest_api.failure_times(history))
                 if look is not None and (polls % LOOK_EVERY_COUNTING == 0 or not counts_reach(live, True)):
-                    looks += 1
-                    if looks % MENDLESS_EVERY == 0:
-                        mendless = flink_rest_api.missing_program_line(flink_exceptions(options) or {})
-                        if mendless:  # every restart fails the same way: minutes of them
-                            raise JobEnded(f'error: {mendless}: {cancel(result, options)}; nothing was published')
                     engine_now = look()
-                said = silent.note(live, engine_now, clock())
+                gone = lost()
+                if gone:
+                    raise JobEnded(f'error: {leading(silent())}{gone}: {cancel(result, options)}; '
+                                   'nothing was published')
+                said = unheard.note(live, engine_now, clock())
                 if said:
                     LOG.warning(said)
                 if timeout and stalled(engine_now):
                     failure = flink_failure(options)  # read before the cancellation adds its own
                     how = cancel(result, options)
+                    where = live.where() if live is not None and counts_reach(live, look is not None) else ''
+                    at = f' (stopped at: {where})' if where else ''
                     last = f"; Flink's last failure: {failure}" if failure else ''
-                    raise JobEnded(f'error: the job made no progress on {kind} for {timeout:g} s '
-                                   f'(--engine_stall_timeout){last}: {how}; nothing was published')
+                    raise JobEnded(f'error: {leading(silent())}the job made no progress on {kind} for {timeout:g} s '
+                                   f'(--engine_stall_timeout){at}{last}: {how}; nothing was published')
         except KeyboardInterrupt:
             LOG.warning('interrupted: cancelling the job on %s: %s', kind, cancel(result, options))
             raise
@@ -438,13 +526,30 @@ def wait(result, options: PipelineOptions, live: Optional[LiveCounts], timeout: 
         if error is not None and is_lost_job_service(error):
             how = cancel(result, options)
             code = getattr(error, 'code', lambda: None)()
-            raise JobEnded(f'error: lost the job service ({getattr(code, "name", code) or type(error).__name__}) '
-                           f'while the job ran on {kind}: {how}; nothing was published') from None
+            raise JobEnded(f'error: {leading(silent())}lost the job service '
+                           f'({getattr(code, "name", code) or type(error).__name__}) while the job ran on {kind}: '
+                           f'{how}; nothing was published') from None
     if error is not None:
         unreached = unreached_flink(result, options)
         if unreached:
             raise JobEnded(unreached) from None
+        lost = silent()
+        if lost:
+            raise JobEnded(f'error: {lost}: {failures.failure_text(error)}') from None
         raise error
+
+
+def leading(lost: Optional[str]) -> str:
+    """`lost` as the head of a failure's line (`LOST: ...`); '' for None."""
+    return f'{lost}: ' if lost else ''
+
+
+def restarts_whole_job(options: PipelineOptions) -> bool:
+    """Whether a failover restarts the whole job: Flink's pipelined exchanges (`--execution_mode_for_batch`
+    PIPELINED, Beam's default) join a build's stages into one region. With blocking ones (BATCH modes: the
+    local engine's) Flink restarts only the failed regions, and the live counts of the others stay."""
+    mode = options.get_all_options().get('execution_mode_for_batch') or 'PIPELINED'
+    return not str(mode).upper().startswith('BATCH')
 
 
 def job_endpoint(options: PipelineOptions) -> Optional[str]:

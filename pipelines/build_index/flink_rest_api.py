@@ -78,15 +78,33 @@ def look(rest: str, name: str) -> Optional[EngineLook]:
 
 def failure_line(exceptions: dict) -> Optional[str]:
     """The latest failure in a job's exception history (`/jobs/JID/exceptions`), in one line: the exception's
-    first line and where it happened (a lost TaskManager's id is in the first line)."""
+    first line and the TaskManager where it happened, by its address (a lost TaskManager's id is in the first
+    line)."""
     entries = [e for e in (exceptions.get('exceptionHistory') or {}).get('entries', []) if isinstance(e, dict)]
     if not entries:
         return None
     latest = max(entries, key=lambda e: e.get('timestamp') or 0)
     first = next((line.strip() for line in str(latest.get('stacktrace') or '').splitlines() if line.strip()),
                  str(latest.get('exceptionName') or 'an exception'))
-    host = where(latest)
-    return first[:400] + (f' (on {host})' if host else '')
+    host = address(latest)
+    return first[:400] + (f' (on TaskManager {host})' if host else '')
+
+
+def failure_times(exceptions: dict) -> list[float]:
+    """When each failure of a job's exception history (`/jobs/JID/exceptions`) happened, in seconds since the
+    epoch: each is a restart of the job where restarts are left."""
+    entries = (exceptions.get('exceptionHistory') or {}).get('entries', [])
+    return sorted(e['timestamp'] / 1000 for e in entries
+                  if isinstance(e, dict) and isinstance(e.get('timestamp'), (int, float)))
+
+
+def address(entry: dict) -> Optional[str]:
+    """`HOST:PORT` of the TaskManager where an exception history entry happened (its host where Flink gives no
+    port); None if unknown."""
+    location = entry.get('taskManagerLocation')
+    if isinstance(location, dict) and location.get('host'):
+        return f"{location['host']}:{location['port']}" if location.get('port') else str(location['host'])
+    return str(entry['location']) if entry.get('location') else None
 
 
 def where(entry: dict) -> Optional[str]:

@@ -22,7 +22,8 @@ with third_party.quiet_imports():  # `python -m pipelines.build_index` imports B
     import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build_index import dataflow_job, direct_memory, engine_job, job_server, local_engine, placement, runners
+from pipelines.build_index import dataflow_job, direct_memory, engine_job, engine_services, job_server, local_engine
+from pipelines.build_index import orphans, placement, runners
 from pipelines.build_index import gates as build_gates
 from pipelines.build_index import progress as build_progress
 from pipelines.build_index.checks import check_model, check_ner, check_precision
@@ -95,7 +96,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         if dataflow_job.dry_run(options):
             return translate_job(config, options)
         check_paths(config)
-        held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds))
+        # Taking over a killed build's lease cancels the engine job it left running, before its leftovers go.
+        held = [stack.enter_context(snapshots.lock_file(root, path, config.lease_seconds, orphans.cancel))
                 for path, root in build_locks(config)]
         target, debris = prepare_target(config)
         if not config.versioned:  # held while it fills: a build whose lock file was deleted is still seen
@@ -279,6 +281,7 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
     publish.checkpoint('before_pipeline')
     started = time.perf_counter()
     engine_job.with_job_name(options, f'{target.run_id}-{os.getpid()}')
+    orphans.record(locks, options)  # for the next build to cancel, should this launcher be killed
     third_party.calm_grpc_keepalive()  # the launcher's channels to a job server ping as the SDK workers' do
     # What bounds a job on an engine: the workers' live counts where they reach the view, the engine's own view.
     with build_progress.live_counts(options, view, build_progress.build_meters(config, files)) as live, \
@@ -291,10 +294,14 @@ def run_and_commit(config: BuildConfig, options: PipelineOptions, target: Target
             console = build_progress.dataflow_console(options, result)
             if console:
                 view.note(console)
-            engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'])
-        except Exception:
-            # A run paused past its lease finds its files deleted by the build that took over: that is the cause.
-            snapshots.check_locks(locks)
+            engine_job.wait(result, options, live, options.get_all_options()['engine_stall_timeout'],
+                            silent=lambda: engine_services.silent_line(options),
+                            lost=lambda: snapshots.lost_lease(locks))
+        except Exception as e:
+            # A run paused past its lease finds its files deleted by the build that took over: that is the cause
+            # (a job the launcher ended says so itself: the wait asks the leases at each poll).
+            if not isinstance(e, engine_job.JobEnded):
+                snapshots.check_locks(locks)
             raise
     view.finish(job_counters(result))
     publish.checkpoint('after_pipeline')

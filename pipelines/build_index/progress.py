@@ -14,6 +14,7 @@ the view then names the engine's own UI (`engine_notes`).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import errno
@@ -24,6 +25,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from typing import Callable, Iterator, Optional, Sequence
 from urllib.parse import urlsplit
 
@@ -44,16 +46,24 @@ LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '[local]')
 
 # A sender's sequence grows by one a datagram: a jump beyond this is no datagram of its own.
 MAX_SEQUENCE_STEP = 1_000_000
-# Processes a listener keeps counts of: more than any job's workers on one machine.
-MAX_SENDERS = 4096
+# Senders (a stage instance each: `transforms.progress.Tally`) a listener keeps counts of: more than any job's
+# on one machine (a local Flink build of 1M chunks runs 78 partitions of each counting stage).
+MAX_SENDERS = 16384
 
 
 class Listener:
-    """A UDP socket that keeps, per sending process, its latest counts; a context manager.
+    """A UDP socket that keeps, per sender (a stage instance of a worker), its latest counts; a context manager.
 
     Only datagrams that carry this job's `token` count (`parse_message`):
     any other process that reaches the port can send to it, and what it
     sends is ignored, never shown and never able to fail the build.
+
+    After an engine restarted the whole job (`restarted`), the counts are
+    the current attempt's: a sender first heard after the latest restart
+    belongs to it, one heard before to an attempt that failed (its stage
+    instances are gone, even in an SDK worker that serves the next attempt:
+    `Tally`). Each count is the sum over the latest attempt that has sent
+    it, so it never adds two attempts' work.
 
     Args:
       host: The address the workers send to: one of this machine's, bound
@@ -84,6 +94,8 @@ class Listener:
         self.bound = '{}:{}'.format(*self._socket.getsockname())
         self.address = f'{host}:{self._socket.getsockname()[1]}'
         self._latest: dict[str, tuple[int, dict]] = {}
+        self._first_heard: dict[str, float] = {}
+        self._restarts: list[float] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._receive, name='ragsieve-progress-listener', daemon=True)
@@ -96,12 +108,15 @@ class Listener:
         self.close()
 
     def counts(self) -> collections.Counter:
-        """The sum over processes of each one's latest counts."""
-        total: collections.Counter = collections.Counter()
+        """Each count summed over the senders of the latest attempt that sent it (`attempt_counts`)."""
         with self._lock:
-            for _, latest in self._latest.values():
-                total.update(latest)
-        return total
+            return attempt_counts([(self._first_heard[s], latest) for s, (_, latest) in self._latest.items()],
+                                  self._restarts)
+
+    def restarted(self, times: Sequence[float]) -> None:
+        """Takes the times (seconds since the epoch) at which the engine restarted the whole job."""
+        with self._lock:
+            self._restarts = sorted(set(self._restarts).union(times))
 
     @property
     def senders(self) -> int:
@@ -143,7 +158,25 @@ class Listener:
             if not last < sequence <= last + MAX_SEQUENCE_STEP:
                 return False
             self._latest[sender] = (sequence, latest)
+            self._first_heard.setdefault(sender, time.time())
         return True
+
+
+def attempt_counts(heard: Sequence[tuple[float, dict]], restarts: Sequence[float]) -> collections.Counter:
+    """Each count summed over the senders of the latest attempt that sent it.
+
+    Args:
+      heard: `(first heard, latest counts)` of each sender, in seconds since the epoch.
+      restarts: When the engine restarted the whole job, sorted: a sender
+        first heard after the k-th belongs to attempt k.
+    """
+    by_attempt: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for first, latest in heard:
+        by_attempt[bisect.bisect_right(restarts, first)].update(latest)
+    latest: dict = {}
+    for attempt in sorted(by_attempt):
+        latest.update(by_attempt[attempt])  # a later attempt's count replaces an earlier one's
+    return collections.Counter(latest)
 
 
 def parse_message(data: bytes, token: str) -> Optional[tuple[str, int, dict]]:
@@ -221,7 +254,8 @@ def live_counts(options: PipelineOptions, view: View,
     with listener, reporting(listener.address, listener.token):
         runners.with_worker_env(options, {counts.ENV: listener.address, counts.TOKEN_ENV: listener.token})
         view.show(meters, [listener.counts])
-        yield engine_job.LiveCounts(view.counts, lambda: listener.senders > 0, workers_on_this_machine(options))
+        yield engine_job.LiveCounts(view.counts, lambda: listener.senders > 0, workers_on_this_machine(options),
+                                    restarted=listener.restarted, where=view.where)
 
 
 def add_flags(parser) -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Optional
 
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import JobServerOptions, PipelineOptions, PortableOptions, StandardOptions
 
 from pipelines.build_index import engine_options, local_engine
 
@@ -112,6 +112,8 @@ EMBEDDED_ENDPOINTS = ('embed',)
 ENVIRONMENT_CACHE_MILLIS = 30_000
 # The SDK worker boot this installation provides for PROCESS environments (pipelines/build_index/sdk_worker.py).
 SDK_WORKER = 'ragsieve-sdk-worker'
+# The java the job server Beam starts for a build runs under: killed with the build (`job_server_java`).
+JOB_SERVER_JAVA = 'ragsieve-java'
 
 
 def engine_name(options: PipelineOptions) -> Optional[str]:
@@ -175,6 +177,7 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
                                              else ENVIRONMENT_CACHE_MILLIS)
     if engine in ('flink', 'portable'):  # a shared job server is Flink's as a rule; Spark's ignores the flags
         engine_options.with_restart_defaults(options)
+    with_job_server_dying_with_the_build(options)
     if local:
         local_engine.with_local_defaults(options)
     if portable.environment_type:
@@ -187,6 +190,18 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     portable.environment_config = json.dumps({'command': command})
     LOG.info('--runner %s: SDK workers are processes of this installation (%s); pass --environment_type '
              'to change that', runner, command)
+    return options
+
+
+def with_job_server_dying_with_the_build(options: PipelineOptions) -> PipelineOptions:
+    """Starts the job server Beam's FlinkRunner or SparkRunner starts for the build under `ragsieve-java`, which
+    the kernel kills with the build however it dies (`job_server_java`), unless `--job_server_java_launcher`
+    names another java. A PortableRunner build starts no job server. Mutates and returns `options`."""
+    server = options.view_as(JobServerOptions)
+    command = os.path.join(os.path.dirname(sys.executable), JOB_SERVER_JAVA)
+    if (short_name(options.view_as(StandardOptions).runner or '') in ('flink', 'spark')
+            and server.job_server_java_launcher == 'java' and os.access(command, os.X_OK)):
+        server.job_server_java_launcher = command
     return options
 
 

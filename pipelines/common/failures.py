@@ -124,6 +124,16 @@ def failed_job_line(error: BaseException) -> Optional[str]:
     return f'the engine ended job {job} {state}: {reason}; nothing was published'
 
 
+def failure_text(error: BaseException) -> str:
+    """A job's failure in one line, however it reached the launcher: a reported error (`reported_error`), the
+    engine's (`failed_job_line`), else the error's first line."""
+    line = reported_error(error) or failed_job_line(error)
+    if line:
+        return line if line.endswith('nothing was published') else f'{line}; nothing was published'
+    first = next((text.strip() for text in str(error).splitlines() if text.strip()), type(error).__name__)
+    return f'{first[:400]}; nothing was published'
+
+
 def remote_error_line(text: str) -> Optional[str]:
     """The message of a reported error in the text of a worker's traceback, or None."""
     if 'Traceback (most recent call last)' not in text:

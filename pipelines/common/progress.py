@@ -215,6 +215,12 @@ class View:
             return log_line(time.monotonic() - self._started, self._texts(counts),
                             (step.name, time.monotonic() - step.started) if step else None)
 
+    def where(self) -> str:
+        """The meters' figures now, as the timed line shows them without its time: where a job stands."""
+        with self._lock:
+            shown = [f'{label} {text}' for label, text in self._texts(self.counts()) if text]
+        return '; '.join(shown) or 'nothing counted yet'
+
     def _texts(self, counts: Counts) -> list[tuple[str, str]]:
         texts = []
         for m in self._meters:

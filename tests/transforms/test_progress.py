@@ -1,6 +1,8 @@
-"""The workers' side of live progress: cumulative counts sent over UDP, throttled, nothing without the address."""
+"""The workers' side of live progress: each stage instance's cumulative counts sent over UDP, throttled, nothing
+without the address."""
 
 import json
+import pickle
 import socket
 import types
 
@@ -11,10 +13,10 @@ from transforms import progress
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch):
-    """The senders' clock, moved only by the test (`clock.now`), and no sender left by another test."""
+    """The senders' clock, moved only by the test (`clock.now`), and no channel left by another test."""
     clock = types.SimpleNamespace(now=1000.0)
     monkeypatch.setattr(progress, 'time', types.SimpleNamespace(monotonic=lambda: clock.now))
-    monkeypatch.setattr(progress, '_sender', None)
+    monkeypatch.setattr(progress, '_channel', None)
     return clock
 
 
@@ -41,33 +43,36 @@ def received(sock, expected: int) -> list[dict]:
 
 
 def test_counts_are_sent_cumulative_at_most_every_half_second(receiver, clock):
-    progress.count(progress.CHUNKS, 3)  # a new address: the first count is sent at once
+    tally = progress.Tally()
+    tally.count(progress.CHUNKS, 3)  # a new tally: the first count is sent at once
     clock.now += progress.SEND_SECONDS - 0.01
-    progress.count(progress.CHUNKS, 4)
-    progress.count(progress.EMBEDDED, 2)
+    tally.count(progress.CHUNKS, 4)
+    tally.count(progress.EMBEDDED, 2)
     first = received(receiver, 1)
     assert [m['counts'] for m in first] == [{progress.CHUNKS: 3}]
     clock.now += 0.01
-    progress.count(progress.CHUNKS, 1)
+    tally.count(progress.CHUNKS, 1)
     (second,) = received(receiver, 1)
     assert second['counts'] == {progress.CHUNKS: 8, progress.EMBEDDED: 2}
     assert second['sender'] == first[0]['sender'] and second['sequence'] > first[0]['sequence']
 
 
 def test_flush_sends_what_the_throttle_held_back(receiver):
-    progress.count(progress.PARTS)
-    progress.count(progress.PARTS)
-    progress.flush()
+    tally = progress.Tally()
+    tally.count(progress.PARTS)
+    tally.count(progress.PARTS)
+    tally.flush()
     assert [m['counts'] for m in received(receiver, 2)] == [{progress.PARTS: 1}, {progress.PARTS: 2}]
 
 
 def test_a_new_address_starts_the_counts_again(receiver, monkeypatch):
-    progress.count(progress.FILES, 5)
+    tally = progress.Tally()
+    tally.count(progress.FILES, 5)
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     other.bind(('127.0.0.1', 0))
     other.settimeout(60)
     monkeypatch.setenv(progress.ENV, f'127.0.0.1:{other.getsockname()[1]}')
-    progress.count(progress.FILES, 1)
+    tally.count(progress.FILES, 1)
     assert json.loads(other.recv(65536))['counts'] == {progress.FILES: 1}
     other.close()
 
@@ -78,8 +83,9 @@ def test_without_a_usable_address_nothing_is_sent_and_nothing_fails(monkeypatch,
         monkeypatch.delenv(progress.ENV, raising=False)
     else:
         monkeypatch.setenv(progress.ENV, value)
-    progress.count(progress.CHUNKS, 3)
-    progress.flush()
+    tally = progress.Tally()
+    tally.count(progress.CHUNKS, 3)
+    tally.flush()
 
 
 def test_a_listener_gone_does_not_fail_the_stage(monkeypatch):
@@ -87,9 +93,10 @@ def test_a_listener_gone_does_not_fail_the_stage(monkeypatch):
     sock.bind(('127.0.0.1', 0))
     monkeypatch.setenv(progress.ENV, f'127.0.0.1:{sock.getsockname()[1]}')
     sock.close()
+    tally = progress.Tally()
     for _ in range(3):
-        progress.count(progress.CHUNKS)
-        progress.flush()
+        tally.count(progress.CHUNKS)
+        tally.flush()
 
 
 def test_parse_address():
@@ -105,5 +112,18 @@ def test_each_key_is_the_beam_counter_of_the_same_count():
 
 def test_each_datagram_carries_the_jobs_token(receiver, monkeypatch):
     monkeypatch.setenv(progress.TOKEN_ENV, 'job-secret')
-    progress.count(progress.CHUNKS, 2)
+    progress.Tally().count(progress.CHUNKS, 2)
     assert [m['token'] for m in received(receiver, 1)] == ['job-secret']
+
+
+def test_each_copy_of_a_stage_counts_as_a_sender_of_its_own(receiver):
+    """A DoFn's tally, deserialized once per bundle processor (a restarted attempt's are new copies), counts
+    from zero under its own name, so the launcher can tell an attempt's counts from a failed one's."""
+    stage = progress.Tally()
+    stage.count(progress.EMBEDDED, 7)
+    copy = pickle.loads(pickle.dumps(stage))
+    copy.count(progress.EMBEDDED, 2)
+    first, second = received(receiver, 2)
+    assert (first['counts'], second['counts']) == ({progress.EMBEDDED: 7}, {progress.EMBEDDED: 2})
+    assert first['sender'] != second['sender'] and second['sequence'] == 1
+    assert first['sender'].rsplit('/', 1)[0] == second['sender'].rsplit('/', 1)[0]  # the same process

@@ -92,6 +92,7 @@ class _ChunkDocumentFn(beam.DoFn):
         self._documents = Metrics.counter('chunk', 'documents')
         self._chunks = Metrics.counter('chunk', 'chunks')
         self._msecs = Metrics.counter('chunk', 'msecs')
+        self._live = progress.Tally()
 
     def setup(self):
         # The embedding model's own tokenizer, so sizes match what it embeds.
@@ -106,11 +107,11 @@ class _ChunkDocumentFn(beam.DoFn):
         chunks = chunks_of_spans(document, spans)
         self._documents.inc()
         self._chunks.inc(len(chunks))
-        progress.count(progress.CHUNKS, len(chunks))
+        self._live.count(progress.CHUNKS, len(chunks))
         return chunks
 
     def finish_bundle(self):
-        progress.flush()
+        self._live.flush()
 
     def process(self, document: Document) -> Iterable[Chunk]:
         started = time.perf_counter()

@@ -43,13 +43,14 @@ class Counters:
         self._in = Metrics.counter(self._namespace, 'in')
         self._kept = Metrics.counter(self._namespace, 'kept')
         self._dropped = Metrics.counter(self._namespace, 'dropped')
+        self._live = progress.Tally()
 
     def count(self, kept: int, dropped: Sequence[Dropped]) -> None:
         self._in.inc(kept + len(dropped))
         self._kept.inc(kept)
         self._dropped.inc(len(dropped))
-        progress.count(progress.filter_key(self._namespace, progress.KEPT), kept)
-        progress.count(progress.filter_key(self._namespace, progress.DROPPED), len(dropped))
+        self._live.count(progress.filter_key(self._namespace, progress.KEPT), kept)
+        self._live.count(progress.filter_key(self._namespace, progress.DROPPED), len(dropped))
         for reason, n in collections.Counter(d.reason for d in dropped).items():
             Metrics.counter(self._namespace, f'dropped_{reason}').inc(n)
 

@@ -239,8 +239,17 @@ class CacheRun:
             write_bytes(posixpath.join(directory, self.generation, COMPLETE_FILE), f'{self.generation}\n'.encode())
 
     def discard(self) -> None:
-        """Deletes this run's generation before its commit: a failed run leaves no entries behind."""
-        delete_trees([self.entries_dir(spec) for spec in self.specs])
+        """Deletes this run's generation before its commit: a failed run leaves no entries behind.
+
+        Called as a run fails: a store that cannot delete (the store itself
+        lost) is said and the run's own error stands; the next build deletes
+        the uncommitted generation (`delete_incomplete`).
+        """
+        try:
+            delete_trees([self.entries_dir(spec) for spec in self.specs])
+        except Exception as e:  # noqa: BLE001 - the failed run's error matters more
+            LOG.warning('could not delete the uncommitted cache generation %s (the next build will): %s',
+                        self.generation, ' '.join(str(e).split())[:300])
 
     def prune(self) -> None:
         """Deletes every generation of this run's settings but the one it wrote."""

@@ -241,6 +241,7 @@ class _EmbedBatchFn(beam.DoFn):
         self._chunks = Metrics.counter('embed', 'chunks')
         self._computed = Metrics.counter('embed', 'computed')
         self._msecs = Metrics.counter('embed', 'msecs')
+        self._live = progress.Tally()
 
     def setup(self):
         self._model = self._model_handle.acquire()
@@ -252,12 +253,12 @@ class _EmbedBatchFn(beam.DoFn):
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._chunks.inc(len(batch))
         self._computed.inc(len(todo))
-        progress.count(progress.EMBEDDED, len(batch))
+        self._live.count(progress.EMBEDDED, len(batch))
         for chunk in batch:
             yield chunk if chunk.embedding is not None else dataclasses.replace(chunk, embedding=next(vectors))
 
     def finish_bundle(self):
-        progress.flush()
+        self._live.flush()
 
 
 class EmbedChunks(beam.PTransform):

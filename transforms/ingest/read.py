@@ -311,6 +311,7 @@ class _ReadFileFn(beam.DoFn):
         self._files = Metrics.counter('read', 'files')
         self._documents = Metrics.counter('read', 'documents')
         self._msecs = Metrics.counter('read', 'msecs')
+        self._live = progress.Tally()
 
     def process(self, element: bytes):
         path = element_path(element)
@@ -319,8 +320,8 @@ class _ReadFileFn(beam.DoFn):
         parsed = list(read_file(
             path, self._root, self._max_doc_chars, self._max_file_bytes, self._max_metadata_bytes))
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
-        progress.count(progress.FILES)
-        progress.count(progress.DOCUMENTS, sum(not isinstance(r, Rejected) for r in parsed))
+        self._live.count(progress.FILES)
+        self._live.count(progress.DOCUMENTS, sum(not isinstance(r, Rejected) for r in parsed))
         for record in parsed:
             if isinstance(record, Rejected):
                 Metrics.counter('read', f'rejected_{record.reason}').inc()
@@ -330,7 +331,7 @@ class _ReadFileFn(beam.DoFn):
                 yield record
 
     def finish_bundle(self):
-        progress.flush()
+        self._live.flush()
 
 
 def _key_by_doc_id(document: Document):

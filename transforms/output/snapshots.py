@@ -18,7 +18,7 @@ import os
 import posixpath
 import re
 import time
-from typing import Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from transforms import file_locks, storage
 from transforms.output.publish import split_complete
@@ -278,7 +278,8 @@ def plain_lock_path(output: str) -> str:
 
 
 @contextlib.contextmanager
-def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECONDS) -> Iterator[Lock]:
+def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECONDS,
+              on_takeover: Optional[Callable[[dict], None]] = None) -> Iterator[Lock]:
     """Holds the lock `path` guarding `root` (see `lock`): a local `flock`, or a lease on an object store.
 
     Locally the file follows no link and must be a regular file
@@ -289,6 +290,10 @@ def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECOND
     file operation inside it undoes. A plain output's lock is a sibling
     (`plain_lock_path`).
 
+    Args:
+      on_takeover: On an object store, called with the fields of an expired
+        lease before it is taken over (`leases.Lease`).
+
     Yields:
       The lease on an object store, the held lock file locally: either one
       for `check_locks` before committing and publishing.
@@ -298,7 +303,7 @@ def lock_file(root: str, path: str, lease_seconds: float = leases.DEFAULT_SECOND
         or no regular file.
     """
     if storage.is_remote(root):
-        with leases.held(path, root, lease_seconds) as lease:
+        with leases.held(path, root, lease_seconds, on_takeover) as lease:
             yield lease
         return
     directory = os.path.dirname(path) or '.'
@@ -378,6 +383,16 @@ def check_locks(held: Sequence[Lock]) -> None:
             lock.check()
         except file_locks.LockLost as e:
             raise ValueError(f'{e}; this build stops before publishing: run it again') from None
+
+
+def lost_lease(held: Sequence[Lock]) -> Optional[str]:
+    """Why one of the build's leases is no longer its own (taken over, or not renewed in time: the store did not
+    answer), or None: asked while its job runs, which a lost lease ends."""
+    for lock in held:
+        why = lock.lost() if isinstance(lock, leases.Lease) else None
+        if why:
+            return why
+    return None
 
 
 def fence_locks(held: Sequence[Lock]) -> None:

@@ -61,6 +61,7 @@ class _WritePartFn(beam.DoFn):
         self._msecs = Metrics.counter(namespace, 'msecs')
         self._parts = Metrics.counter(namespace, 'parts')
         self._live_parts = f'{namespace}.parts'  # progress.PARTS for the output tables
+        self._live = progress.Tally()
 
     def process(self, element) -> Iterable[int]:
         started = time.perf_counter()
@@ -70,11 +71,11 @@ class _WritePartFn(beam.DoFn):
         self._rows.inc(table.num_rows)
         self._msecs.inc(int((time.perf_counter() - started) * 1000))
         self._parts.inc()
-        progress.count(self._live_parts)
+        self._live.count(self._live_parts)
         yield table.num_rows
 
     def finish_bundle(self):
-        progress.flush()
+        self._live.flush()
 
 
 class WriteTable(beam.PTransform):

@@ -63,11 +63,14 @@ class Lost(ValueError):
     """
 
 
-def lease_body(holder: str, expires_at: float, seconds: float, token: str = '') -> bytes:
-    """What the lease object holds: who holds it, until when, and the token of this holding."""
+def lease_body(holder: str, expires_at: float, seconds: float, token: str = '', job: Optional[dict] = None) -> bytes:
+    """What the lease object holds: who holds it, until when, the token of this holding, and the job it runs
+    elsewhere (an engine's), for the next holder to cancel should this one die."""
     body = {'holder': holder, 'expires_at': round(expires_at, 3), 'seconds': seconds}
     if token:
         body['token'] = token
+    if job:
+        body['job'] = job
     return json.dumps(body, sort_keys=True).encode('utf-8')
 
 
@@ -101,16 +104,21 @@ class Lease:
       seconds: How long it lasts unless renewed.
       holder: Who holds it, for messages (`host:pid` by default).
       clock: The monotonic clock the holder judges its lease by (tests pass their own).
+      on_takeover: Called with an expired lease's fields before this one replaces it: what its killed holder
+        left running (the `job` it recorded) is stopped there, before this holder cleans up after it.
     """
 
     def __init__(self, path: str, root: str, seconds: float = DEFAULT_SECONDS, holder: Optional[str] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 on_takeover: Optional[Callable[[dict], None]] = None):
         if not seconds > 0:
             raise ValueError(f'a lease must last more than 0 seconds, got {seconds}')
         self.path, self.root, self.seconds = path, root, float(seconds)
         self.holder = holder or default_holder()
         self.token = secrets.token_hex(8)  # not an output id: only tells this holding from any other
         self._clock = clock
+        self._on_takeover = on_takeover
+        self._job: Optional[dict] = None
         self._version: Optional[str] = None
         self._renewed_at: Optional[float] = None  # when the last successful write was sent, by `clock`
         self._lost: Optional[str] = None
@@ -124,7 +132,16 @@ class Lease:
         return self.seconds * (1 - SAFETY_FRACTION)
 
     def _body(self) -> bytes:
-        return lease_body(self.holder, time.time() + self.seconds, self.seconds, self.token)
+        return lease_body(self.holder, time.time() + self.seconds, self.seconds, self.token, self._job)
+
+    def record(self, job: dict) -> None:
+        """Records `job` (what this holder runs elsewhere: an engine's job) in the lease now, and in each renewal.
+
+        Raises:
+          Lost: When the lease was lost.
+        """
+        self._job = job
+        self.fence()
 
     def _ours(self, found: Optional[tuple[bytes, str]]) -> Optional[str]:
         """The version of `found` when it is this holding's lease (a write whose answer was lost), else None."""
@@ -156,6 +173,8 @@ class Lease:
                     left = body['expires_at'] - time.time()
                     raise Held(f'another ragsieve build is writing to {self.root} (held by {body["holder"]}, '
                                f'lease {self.path} expires in {left:.0f} s unless renewed)')
+                if body is not None and self._on_takeover is not None:
+                    self._on_takeover(body)
                 sent = self._clock()
                 version = object_writes.replace_if_version(self.path, self._body(), current)
                 version = version or self._ours(object_writes.read_versioned(self.path))
@@ -269,9 +288,10 @@ def _first_line(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def held(path: str, root: str, seconds: float = DEFAULT_SECONDS) -> Iterator[Lease]:
+def held(path: str, root: str, seconds: float = DEFAULT_SECONDS,
+         on_takeover: Optional[Callable[[dict], None]] = None) -> Iterator[Lease]:
     """The lease on `path`, held for the block (see `Lease`)."""
-    lease = Lease(path, root, seconds)
+    lease = Lease(path, root, seconds, on_takeover=on_takeover)
     lease.acquire()
     try:
         yield lease

@@ -1,8 +1,6 @@
 """A build's job on an engine: bounded when it makes no progress, cancelled when its job service is lost or on Ctrl-C."""
 
-import http.server
 import itertools
-import json
 import logging
 import socket
 import threading
@@ -15,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import cli
 from pipelines.build_index import engine_job, flink_rest_api
 from pipelines.common import exits, failures
+from tests.helpers import fake_flink_rest
 
 
 # Longer than any test here waits for its fake job: a job neither cancelled nor ended by then fails the test.
@@ -56,6 +55,13 @@ class LostJobService(grpc.RpcError):
         return grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.fixture(autouse=True)
+def services_answer(monkeypatch):
+    """Every service a job's flags name answers (the unit here is the wait, not the network): a test that loses
+    one passes its own `SilentServices` answer or `silent`."""
+    monkeypatch.setattr(engine_job, 'answers', lambda host, port, timeout=None: True)
+
+
 def flink(*flags):
     return PipelineOptions(['--runner', 'FlinkRunner', '--flink_master', 'localhost:1', *flags])
 
@@ -93,6 +99,82 @@ def test_a_job_without_progress_is_cancelled_and_ends_in_one_line():
                         poll=0.01)
     assert result.cancelled.is_set()
     assert engine_job.JobEnded.exit_code == exits.JOB_FAILED
+
+
+def test_a_stalled_job_s_line_names_where_its_counts_stopped():
+    result = FakeResult()
+    live = engine_job.LiveCounts(lambda: {'embed.chunks': 256}, arrived=lambda: True, local=True,
+                                 where=lambda: 'read 120/120 files; embed 256/3,665 chunks')
+    with pytest.raises(engine_job.JobEnded, match=r'for 60 s \(--engine_stall_timeout\) \(stopped at: read 120/120 '
+                                                  r'files; embed 256/3,665 chunks\): cancelled'):
+        engine_job.wait(result, flink(), live, 60, clock=seconds_apart(10), poll=0.01, look=lambda: None)
+
+
+def test_the_restarts_flink_records_reach_the_live_counts_where_they_restart_the_whole_job(monkeypatch):
+    """Flink's exception history is read every few polls; its failures' times go to the live counts, which count
+    the new attempt only from then on; a BATCH job restarts regions, not the job: nothing is told."""
+    history = {'exceptionHistory': {'entries': [{'timestamp': 1_700_000_000_500}, {'timestamp': 'later'}]}}
+    monkeypatch.setattr(engine_job, 'flink_exceptions', lambda options: history)
+    for flags, expected in (((), [1_700_000_000.5]), (('--execution_mode_for_batch', 'BATCH_FORCED'), None)):
+        told = []
+        result = FakeResult(after=0.3)
+        live = engine_job.LiveCounts(itertools.count().__next__, arrived=lambda: True, local=True,
+                                     restarted=told.append)
+        engine_job.wait(result, flink(*flags), live, 0, poll=0.01, look=lambda: None)
+        assert (told[-1] if told else None) == expected
+
+
+def test_a_failed_job_whose_service_does_not_answer_leads_its_line_with_it():
+    """Java names the exception, not the host: the launcher's line names the service that no longer answers."""
+    failed = RuntimeError('Pipeline BeamApp-1 failed in state FAILED: java.net.NoRouteToHostException: No route to '
+                          'host\n\tat sun.nio.ch...')
+    lost = 'the Flink JobManager at jobmanager:8081 (--flink_master) does not answer'
+    with pytest.raises(engine_job.JobEnded) as ended:
+        engine_job.wait(FakeResult(ends_with=failed, after=0.05), flink(), None, 0, poll=0.01, look=lambda: None,
+                        silent=lambda: lost)
+    assert str(ended.value) == (f'error: {lost}: the engine ended job BeamApp-1 FAILED: '
+                                'java.net.NoRouteToHostException: No route to host; nothing was published')
+    # Every service answers: the failure is reported as it was.
+    with pytest.raises(RuntimeError, match='^Pipeline BeamApp-1 failed'):
+        engine_job.wait(FakeResult(ends_with=failed, after=0.05), flink(), None, 0, poll=0.01, look=lambda: None)
+
+
+def test_a_build_that_lost_its_lease_cancels_its_job_in_one_line_naming_the_silent_store():
+    result, asked = FakeResult(), itertools.count()
+    why = 'the lease s3://b/root/.lock on s3://b/root was lost: no renewal succeeded for 23 s'
+
+    def lost():
+        return why if next(asked) >= 3 else None
+
+    with pytest.raises(engine_job.JobEnded) as ended:
+        engine_job.wait(result, flink(), None, 0, poll=0.01, look=lambda: None, lost=lost,
+                        silent=lambda: 'the object store at storage:9000 (AWS_ENDPOINT_URL_S3) does not answer')
+    assert result.cancelled.is_set()
+    assert str(ended.value).startswith(f'error: the object store at storage:9000 (AWS_ENDPOINT_URL_S3) does not '
+                                       f'answer: {why}: cancelled through the job service')
+
+
+def test_a_job_server_or_jobmanager_that_accepts_nothing_for_the_bound_is_lost():
+    """A host cut off drops packets: Beam's stream from a job server there waits on without an error, a job
+    server that lost its JobManager fails the job only after minutes; the launcher asks each itself now and then,
+    and counts one lost once nothing answered for the bound (a blip is forgotten)."""
+    now = [0]
+
+    def answer(host, port):  # the job server misses one look (a blip), the JobManager is gone from 10 s on
+        return not ((host == 'jobserver' and now[0] == 20) or (host == 'jobmanager' and now[0] >= 10))
+
+    watch = engine_job.SilentServices([('job service', 'jobserver', 8099), ('Flink JobManager', 'jobmanager', 8081)],
+                                      after=30, answer=answer)
+    seen = []
+    for now[0] in (0, 10, 20, 30, 39, 40):
+        seen.append(watch.lost(now[0]))
+    assert seen == [None, None, None, None, None, 'Flink JobManager']
+    assert engine_job.SilentServices([]).lost(10 ** 6) is None
+    portable = PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'jobserver:8099', '--flink_master',
+                                'jobmanager:8081'])
+    assert engine_job.watched_services(portable) == [('job service', 'jobserver', 8099),
+                                                     ('Flink JobManager', 'jobmanager', 8081)]
+    assert engine_job.watched_services(flink()) == [('Flink JobManager', 'localhost', 1)]
 
 
 def test_a_job_whose_counts_move_is_never_stalled():
@@ -270,44 +352,19 @@ def test_a_master_nothing_answers_at_is_refused_at_once(monkeypatch):
     assert len(tried) == 3  # an embedded engine has nothing to reach
 
 
-class FakeFlink(http.server.BaseHTTPRequestHandler):
+def test_a_flink_job_is_cancelled_by_its_name_through_the_rest_api_when_the_job_service_is_gone():
     jobs = [{'jid': 'a1', 'name': 'ragsieve-r1-7', 'state': 'RUNNING'},
             {'jid': 'b2', 'name': 'ragsieve-r1-7', 'state': 'FINISHED'},
             {'jid': 'c3', 'name': 'someone-else', 'state': 'RUNNING'}]
-    patched: list = []
-
-    def do_GET(self):
-        body = json.dumps({'jobs': self.jobs}).encode()
-        self.send_response(200)
-        self.send_header('Content-Length', str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_PATCH(self):
-        self.patched.append(self.path)
-        self.send_response(202)
-        self.send_header('Content-Length', '2')
-        self.end_headers()
-        self.wfile.write(b'{}')
-
-    def log_message(self, *args):
-        pass
-
-
-def test_a_flink_job_is_cancelled_by_its_name_through_the_rest_api_when_the_job_service_is_gone():
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), FakeFlink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        options = engine_job.with_job_name(flink('--flink_master', f'127.0.0.1:{server.server_port}'), 'R1-7')
+    with fake_flink_rest(jobs) as (rest, patched):
+        options = engine_job.with_job_name(flink('--flink_master', rest.split('//')[1]), 'R1-7')
 
         class Gone(FakeResult):
             def cancel(self):
                 raise LostJobService()
 
         said = engine_job.cancel(Gone(), options)
-    finally:
-        server.shutdown()
-    assert FakeFlink.patched == ['/jobs/a1?mode=cancel']
+    assert patched == ['/jobs/a1?mode=cancel']
     assert said == 'the job service did not answer (LostJobService); Flink job a1 cancelled'
 
 

@@ -37,7 +37,8 @@ def test_flink_failure_line_is_the_latest_failure_and_where_it_happened():
          'taskManagerLocation': {'host': 'taskmanager-0', 'port': 6121}},
     ], 'truncated': False}}
     assert flink_rest_api.failure_line(exceptions) == (
-        'java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out. (on taskmanager-0)')
+        'java.util.concurrent.TimeoutException: Heartbeat of TaskManager with id tm-0 timed out. '
+        '(on TaskManager taskmanager-0:6121)')
     assert flink_rest_api.failure_line({'exceptionHistory': {'entries': []}}) is None
     assert flink_rest_api.failure_line({'exceptionHistory': {'entries': [{'timestamp': 3}]}}) == 'an exception'
 
@@ -57,3 +58,8 @@ def test_flinks_view_of_a_job_running_waiting_or_moving():
     moved = flink_rest_api.job_look(job('RUNNING', ('FINISHED', 5), ('SCHEDULED', 3)))
     assert moved.progress != waiting.progress
     assert flink_rest_api.job_look({}) == flink_rest_api.EngineLook(False, (None, ()))
+
+
+def test_each_failure_s_time_is_a_restart_in_seconds_since_the_epoch():
+    assert flink_rest_api.failure_times(history({'timestamp': 2500}, {'timestamp': 1000}, {'no': 1}, 'x')) == [1.0, 2.5]
+    assert flink_rest_api.failure_times({}) == []

@@ -56,8 +56,9 @@ def test_the_listener_outlives_any_datagram_and_counts_only_its_workers(monkeypa
             sock.sendto(data, (host, int(port)))
         # A worker of this job, through the stages' own sender.
         with build_progress.reporting(listener.address, listener.token):
-            counts.count(counts.EMBEDDED, 5)
-            counts.flush()
+            tally = counts.Tally()
+            tally.count(counts.EMBEDDED, 5)
+            tally.flush()
         assert wait_for(lambda: listener.counts().get(counts.EMBEDDED) == 5)
         assert listener.senders == 1
 
@@ -69,6 +70,31 @@ def test_a_huge_sequence_cannot_silence_a_sender():
         assert listener.take(datagram('t', sequence=2, values={'e': 2}))
         assert not listener.take(datagram('t', sequence=2, values={'e': 9}))  # overtaken
         assert listener.counts() == {'e': 2}
+
+
+def test_after_a_restart_each_count_is_the_latest_attempts_that_sent_it():
+    """Read and chunked again by the restarted job, then embedding: the failed attempt's counts are never added;
+    a count the new attempt has not sent yet (embed) shows the failed attempt's, never more."""
+    failed = [(100.0, {'read.files': 120, 'chunk.chunks': 3665}), (101.0, {'embed.chunks': 256})]
+    assert build_progress.attempt_counts(failed, []) == {'read.files': 120, 'chunk.chunks': 3665, 'embed.chunks': 256}
+    again = failed + [(160.0, {'read.files': 120, 'chunk.chunks': 3000})]
+    assert build_progress.attempt_counts(again, [130.0]) == {'read.files': 120, 'chunk.chunks': 3000,
+                                                             'embed.chunks': 256}
+    embedding = again + [(170.0, {'embed.chunks': 40}), (171.0, {'embed.chunks': 60})]
+    assert build_progress.attempt_counts(embedding, [130.0])['embed.chunks'] == 100
+    # A second failover: the third attempt's senders alone, wherever they report.
+    third = embedding + [(300.0, {'read.files': 7})]
+    assert build_progress.attempt_counts(third, [130.0, 250.0])['read.files'] == 7
+
+
+def test_a_listener_told_of_a_restart_counts_the_new_attempt_only():
+    with build_progress.Listener(token='t') as listener:
+        assert listener.take(datagram('t', sender='tm-0:9/1', values={'read.files': 3}))
+        listener.restarted([time.time()])
+        assert listener.counts() == {'read.files': 3}  # no new attempt's count yet
+        assert listener.take(datagram('t', sender='tm-1:7/1', values={'read.files': 1}))
+        assert listener.take(datagram('t', sender='tm-0:9/1', sequence=2, values={'read.files': 4}))  # late
+        assert listener.counts() == {'read.files': 1}
 
 
 def test_reporting_sets_and_restores_the_address_and_token(monkeypatch):
@@ -176,8 +202,9 @@ def test_an_address_not_this_machines_is_heard_on_every_interface_at_its_port():
         port = listener.address.rsplit(':', 1)[1]
         assert listener.address == f'203.0.113.7:{port}' and listener.bound == f'0.0.0.0:{port}'
         with build_progress.reporting(f'127.0.0.1:{port}', listener.token):
-            counts.count(counts.EMBEDDED, 4)
-            counts.flush()
+            tally = counts.Tally()
+            tally.count(counts.EMBEDDED, 4)
+            tally.flush()
         assert wait_for(lambda: listener.counts().get(counts.EMBEDDED) == 4)
     with build_progress.Listener() as listener:
         assert listener.address == listener.bound and listener.address.startswith('127.0.0.1:')

@@ -47,6 +47,28 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_finds_it_lost(object_
     stalled.release()
 
 
+def test_the_job_a_holder_records_reaches_the_next_holder_before_it_takes_over(object_store):
+    """A killed build's engine job, recorded in its lease, is handed to whoever takes the expired lease over,
+    before the lease is replaced (so before that build deletes what the killed one left)."""
+    path = f'{object_store}/.lock'
+    killed = leases.Lease(path, object_store, seconds=1.5, holder='killed:1')
+    killed.acquire()
+    job = {'engine': 'flink', 'rest': 'http://jobmanager:8081', 'name': 'ragsieve-r1-1'}
+    killed.record(job)
+    assert leases.read_body(object_writes.read_versioned(path)[0])['job'] == job
+    killed._stop.set()  # as a killed holder: no renewal, no release
+    killed._thread.join()
+    time.sleep(1.6)
+    handed = []
+
+    def on_takeover(body):
+        handed.append((body, leases.read_body(object_writes.read_versioned(path)[0])['holder']))
+
+    with leases.held(path, object_store, seconds=30, on_takeover=on_takeover):
+        pass
+    assert [(b['holder'], b['job'], holder_then) for b, holder_then in handed] == [('killed:1', job, 'killed:1')]
+
+
 def test_a_renewal_refused_marks_the_lease_lost(object_store):
     path = f'{object_store}/.lock'
     lease = leases.Lease(path, object_store, seconds=60)  # renewed here, not by its thread within the test
