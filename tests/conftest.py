@@ -176,15 +176,31 @@ def flink_hosts(tmp_path_factory):
     Skips, saying why, where this machine cannot make namespaces (not root) or lacks an engine or MinIO; fails
     instead where CI installed them (RAGSIEVE_REQUIRE_ENGINES=1), as `flink_cluster` does.
     """
-    from engines.hosts import HostsUnavailable
     from engines.multihost import FlinkHosts
-    from tests.helpers import BUCKET, engine_missing, running_engine
 
-    directory = tmp_path_factory.mktemp('hosts')
+    yield from cluster_on_hosts(FlinkHosts, tmp_path_factory.mktemp('hosts'))
+
+
+@pytest.fixture(scope='session')
+def spark_hosts(tmp_path_factory):
+    """A Spark standalone cluster on simulated hosts that share nothing (`engines.sparkhosts`), for the session:
+    MinIO on `storage` with the bucket `helpers.BUCKET`, the Master, two Workers of one core each, and `launcher`.
+
+    Skips or fails as `flink_hosts` does.
+    """
+    from engines.sparkhosts import SparkHosts
+
+    yield from cluster_on_hosts(SparkHosts, tmp_path_factory.mktemp('spark_hosts'))
+
+
+def cluster_on_hosts(cluster_class, directory):
+    """Yields `cluster_class(directory)` running, with the bucket `helpers.BUCKET` on its MinIO; stops it after."""
+    from engines.hosts import HostsUnavailable
+    from tests.helpers import BUCKET, engine_missing, running_engine
 
     def make():
         try:
-            return FlinkHosts(directory)
+            return cluster_class(directory)
         except HostsUnavailable as e:
             engine_missing(str(e))
 

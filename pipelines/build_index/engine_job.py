@@ -16,11 +16,13 @@ of the job's services that no longer answers, when one does not
 (`engine_services`). Progress is the workers' live
 counts (`pipelines/build_index/progress.py`) once they are known to reach
 the launcher (a count arrived, or the workers run on this machine);
-until then, and beside them, Flink's own view of the job through its REST
-API (`flink_rest_api.look`): a job whose tasks run, or whose vertices or record
-counts move, makes progress. Where neither can be seen (a Spark master
-elsewhere before any count arrived, `--progress none` off Flink) nothing
-bounds the job but the engine, and the view says so (`stall_note`). The job
+until then, and beside them, the engine's own view of the job: Flink's REST
+API (`flink_rest_api.look`), the REST API of a SparkRunner driver's web UI
+(`spark_rest_api.look`): a job whose tasks run, or whose vertices, tasks or
+record counts move, makes progress. Where neither can be seen (a Spark job
+server elsewhere before any count arrived, `--progress none` off Flink and
+SparkRunner) nothing bounds the job but the engine, and the view says so
+(`stall_note`). The job
 is cancelled through its job service, and a Flink job also through Flink's
 REST API by its name (`job_name`), which still answers when the job server
 is gone (a job server only stops its own part: the Flink job runs on). The
@@ -43,7 +45,7 @@ from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from pipelines.build_index import flink_rest_api, job_server, runners
+from pipelines.build_index import flink_rest_api, job_server, runners, spark_rest_api
 from pipelines.common import failures
 from pipelines.common.exits import JOB_FAILED
 
@@ -194,8 +196,8 @@ def judged(counts_reach: bool, counts,
 
 def counts_reach(live: Optional[LiveCounts], engine_asked: bool) -> bool:
     """Whether the workers' counts are known to reach the launcher: one arrived; or, where no engine can be asked
-    about the job (only Flink's REST API can), the workers run on this machine (a master on the loopback tells
-    nothing of its workers: Flink's JobManager, its TaskManagers on other hosts)."""
+    about the job (Flink's REST API, a SparkRunner driver's UI), the workers run on this machine (a master on the
+    loopback tells nothing of its workers: Flink's JobManager, its TaskManagers on other hosts)."""
     if live is None:
         return False
     return live.arrived() or (live.local and not engine_asked)
@@ -339,11 +341,20 @@ def flink_failure(options: PipelineOptions) -> Optional[str]:
 
 
 def engine_look(options: PipelineOptions) -> Optional[Callable[[], Optional[flink_rest_api.EngineLook]]]:
-    """How to look at the build's job on its engine: Flink's REST API, by the job's name; None elsewhere."""
+    """How to look at the build's job on its engine: Flink's REST API, by the job's name; the web UI of a
+    SparkRunner build's driver (`spark_ui`); None elsewhere."""
     rest, name = flink_rest(options), options.view_as(GoogleCloudOptions).job_name
-    if not (rest and name):
-        return None
-    return lambda: flink_rest_api.look(rest, name)
+    if rest and name:
+        return lambda: flink_rest_api.look(rest, name)
+    ui = spark_ui(options)
+    return (lambda: spark_rest_api.look(ui)) if ui else None
+
+
+def spark_ui(options: PipelineOptions) -> Optional[str]:
+    """The web UI of a SparkRunner build's driver: the job server Beam starts on this machine, at the port the
+    build gave it (`runners.with_spark_ui_port`); None for another runner, or a port the build does not know."""
+    port = runners.spark_ui_port(options) if engine(options) == 'spark' else None
+    return f'http://127.0.0.1:{port}' if port else None
 
 
 def stall_note(options: PipelineOptions, local_counts: bool) -> Optional[str]:
@@ -355,7 +366,7 @@ def stall_note(options: PipelineOptions, local_counts: bool) -> Optional[str]:
     """
     kind = engine(options)
     timeout = options.get_all_options().get('engine_stall_timeout', DEFAULT_STALL_SECONDS)
-    if kind is None or not timeout or local_counts or flink_rest(options):
+    if kind is None or not timeout or local_counts or flink_rest(options) or spark_ui(options):
         return None
     return (f'--engine_stall_timeout bounds the job only once a worker\'s counts reach this launcher: {kind} shows '
             'no job progress here')

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import re
 import urllib.request
-from typing import Optional
+from typing import Any, Optional
 
 # Flink's job states after which a job runs no more.
 TERMINAL = ('FINISHED', 'FAILED', 'CANCELED', 'SUSPENDED')
@@ -33,14 +33,15 @@ class EngineLook:
     progress: object
 
 
-def read_json(url: str, timeout: float = 5.0) -> Optional[dict]:
-    """The JSON object at `url`; None when nothing answers there or it is no JSON object."""
+def read_json(url: str, timeout: float = 5.0, kind: type = dict) -> Optional[Any]:
+    """The JSON value of type `kind` at `url` (an object by default; Spark's REST API answers lists too); None
+    when nothing answers there or it is of another type."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as answer:
             value = json.load(answer)
     except (OSError, ValueError):
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, kind) else None
 
 
 def taskmanager_hosts(rest: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Optional
 
 from apache_beam.options.pipeline_options import JobServerOptions, PipelineOptions, PortableOptions, StandardOptions
 
-from pipelines.build_index import engine_options, local_engine
+from pipelines.build_index import engine_options, local_engine, local_flink
 
 LOG = logging.getLogger('ragsieve.build')
 
@@ -114,6 +114,8 @@ ENVIRONMENT_CACHE_MILLIS = 30_000
 SDK_WORKER = 'ragsieve-sdk-worker'
 # The java the job server Beam starts for a build runs under: killed with the build (`job_server_java`).
 JOB_SERVER_JAVA = 'ragsieve-java'
+# The Spark property of the driver's web UI port, whose REST API shows the job (`with_spark_ui_port`).
+SPARK_UI_PORT = 'spark.ui.port'
 
 
 def engine_name(options: PipelineOptions) -> Optional[str]:
@@ -178,6 +180,7 @@ def with_engine_defaults(options: PipelineOptions) -> PipelineOptions:
     if engine in ('flink', 'portable'):  # a shared job server is Flink's as a rule; Spark's ignores the flags
         engine_options.with_restart_defaults(options)
     with_job_server_dying_with_the_build(options)
+    with_spark_ui_port(options)
     if local:
         local_engine.with_local_defaults(options)
     if portable.environment_type:
@@ -203,6 +206,28 @@ def with_job_server_dying_with_the_build(options: PipelineOptions) -> PipelineOp
             and server.job_server_java_launcher == 'java' and os.access(command, os.X_OK)):
         server.job_server_java_launcher = command
     return options
+
+
+def with_spark_ui_port(options: PipelineOptions) -> PipelineOptions:
+    """Gives the web UI of a SparkRunner build's driver (the job server Beam starts on this machine) a free port
+    of its own, unless `--job_server_jvm_properties` names one: the build reads Spark's view of its job there
+    (`spark_rest_api`), and 4040, Spark's default, may be another driver's. Mutates and returns `options`."""
+    server = options.view_as(JobServerOptions)
+    properties = server.job_server_jvm_properties or []
+    if (short_name(options.view_as(StandardOptions).runner or '') == 'spark'
+            and spark_ui_port(options) is None):
+        server.job_server_jvm_properties = [*properties, f'-D{SPARK_UI_PORT}={local_flink.free_port()}']
+    return options
+
+
+def spark_ui_port(options: PipelineOptions) -> Optional[int]:
+    """The port `--job_server_jvm_properties` gives a SparkRunner driver's web UI (`-Dspark.ui.port=N`); None
+    where it gives none."""
+    for prop in options.view_as(JobServerOptions).job_server_jvm_properties or []:
+        key, _, value = prop.partition('=')
+        if key == f'-D{SPARK_UI_PORT}' and value.isdigit():
+            return int(value)
+    return None
 
 
 def with_worker_env(options: PipelineOptions, env: dict) -> PipelineOptions:
