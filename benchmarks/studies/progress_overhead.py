@@ -6,7 +6,7 @@ interval (30 times the lines of the default) and `--progress bar` (the live
 view drawn to a pipe, rich forced to render it), over --repeats rounds, so
 noise from a shared machine hits all alike; the fastest of each counts.
 A shared machine's noise is larger than the 1% target, so the script also
-times what the workers add per call (`transforms.progress.count`, sending
+times what the workers add per call (`transforms.progress.Tally.count`, sending
 included) and prints that bound: calls made x cost per call / wall time.
 Prints each mode's seconds and its ratio to `none` (target <= 1.01).
 """
@@ -81,7 +81,7 @@ def main():
     # bundle and per part written; bounded above by a few calls per chunk.
     per_call = count_cost()
     calls = 4 * manifest['counts']['chunks']
-    print(f'\nprogress.count: {per_call * 1e6:.2f} us a call; {calls:,} calls (4 per chunk, an upper bound) '
+    print(f'\nTally.count: {per_call * 1e6:.2f} us a call; {calls:,} calls (4 per chunk, an upper bound) '
           f'= {calls * per_call:.3f} s, {calls * per_call / floor:.4%} of the build')
 
 

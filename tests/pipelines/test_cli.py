@@ -111,7 +111,7 @@ def test_the_console_scripts_name_functions_of_this_tree():
     from tests.helpers import REPO
 
     scripts = dict(re.findall(r'^([\w-]+) = "([\w.]+:\w+)"$', (REPO / 'pyproject.toml').read_text(), re.M))
-    assert scripts.keys() == {'ragsieve', 'ragsieve-sdk-worker'}
+    assert scripts.keys() == {'ragsieve', 'ragsieve-sdk-worker', 'ragsieve-java'}
     for target in scripts.values():
         module, function = target.split(':')
         assert callable(getattr(importlib.import_module(module), function)), target

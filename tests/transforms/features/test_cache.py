@@ -207,7 +207,7 @@ def test_the_join_treats_a_damaged_entry_as_a_miss(tmp_path):
 def test_cache_parts_are_not_counted_as_the_builds_written_parts(tmp_path, monkeypatch):
     # The build's meter shows `write.parts` against the output tables' parts: a cache's would push it over.
     live = []
-    monkeypatch.setattr(progress, 'count', lambda key, n=1: live.append(key))
+    monkeypatch.setattr(progress.Tally, 'count', lambda self, key, n=1: live.append(key))
     embedding = CacheSpec('embedding', {'model': 'x'})
     run = CacheRun.open(str(tmp_path), [embedding], 'g1', num_shards=2)
     vector = np.array([0.6, 0.8, 0.0], dtype=np.float32)
