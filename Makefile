@@ -20,9 +20,8 @@ demo: setup
 	$(VENV)/bin/ragsieve build --input sample_corpus --output out --chunk_size 64
 
 test: setup
-	# Two workers, a test file on one (--dist loadfile): the engine tests share their clusters. Files in the
-	# order tests/conftest.py gives them, the longest first (not xdist's: the most tests first).
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	# Two workers, a test file on one (--dist loadfile): the engine tests share their clusters.
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Flink, Spark and Dataflow's client, and Beam's job servers from Maven Central (needs Java 17 and Maven):
 # what the engine tests need; without it they skip, saying so.

@@ -19,20 +19,6 @@ kernels.pin(kernels.DEFAULT_MODE)
 ENGINES_HOME = str(engines_fetch.home())
 
 
-# The longest test files, longest first. `make test` runs files whole on two workers in collection order
-# (`--dist loadfile --no-loadscope-reorder`): these start first, one per worker, and the many short files fill in
-# beside them. xdist's default order (most tests first) put test_lost_hosts.py (7 tests, ~20 minutes) late, and the
-# last 12 minutes of a 44-minute run here were its tests alone. The files of the Flink hosts come first on the
-# first worker (lost hosts, then multihost), so that one cluster serves both.
-SLOWEST_FILES = ('test_lost_hosts.py', 'test_engines.py', 'test_multihost.py', 'test_spark_hosts.py',
-                 'test_misplaced_settings.py')
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 @pytest.fixture(autouse=True)
 def private_cache_home(tmp_path, monkeypatch):
     """Keeps what jobs cache by default (the evaluation's features, OpenVINO's conversions) out of the user's home.

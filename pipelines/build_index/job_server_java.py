@@ -7,7 +7,9 @@ nothing, and the JVM ran on, holding the job. The build names this program
 as Beam's `--job_server_java_launcher` (`runners.with_engine_defaults`): it
 asks the kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG, kept
 across exec), then becomes `java` with Beam's arguments. Linux only: elsewhere
-it is plain `java`.
+it is plain `java`. The kernel sends the signal when the *thread* that
+started the JVM ends: Beam starts it from the thread that submits the
+pipeline, which then waits for the job (`engine_job.wait`) until it ends.
 """
 
 from __future__ import annotations

@@ -11,11 +11,21 @@ is survived: Spark runs the lost tasks again on the other host.
 """
 
 import json
+import os
 import re
+
+import pytest
 
 from tests.helpers import (BUCKET, PROGRESS_LOG, build_on_host, data_files, download_to_launcher, live_chunk_counts,
                            same_build, upload_from_launcher)
 
+
+# Opt-in, as issue 57 asks where Spark across hosts does not fit .ci/run's 50 minutes: `make test` took 44 to 45
+# minutes on 2 cores here with these two tests (4 minutes of test time, their cluster's start included, and a third
+# cluster on the machine's 24 GiB beside the Flink hosts and the one-machine engines).
+pytestmark = pytest.mark.skipif(
+    os.environ.get('RAGSIEVE_ENGINE_FAULTS') != '1',
+    reason='Spark across simulated hosts: 4 more minutes, over CI\'s budget; run with RAGSIEVE_ENGINE_FAULTS=1')
 
 def manifest_counts(run) -> dict:
     return json.loads((run / 'manifest.json').read_text())['counts']
