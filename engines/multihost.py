@@ -183,14 +183,6 @@ class FlinkHosts(ClusterOnHosts, flink.FlinkCluster):
         self._daemon(name, jvm, flink.TASKMANAGER,
                      dynamic + ['-D', f'taskmanager.resource-id=tm-{i}', '-D', f'taskmanager.host={name}'])
 
-    def cut_taskmanager(self, i: int) -> None:
-        """Host `taskmanager-i` is lost: its link is cut and all its processes are SIGKILLed."""
-        self.cut(f'taskmanager-{i}')
-
-    def mend_taskmanager(self, i: int) -> None:
-        """Host `taskmanager-i` is back: its link up, its TaskManager started again."""
-        self.mend(f'taskmanager-{i}')
-
     def daemon_of(self, host: str) -> str:
         return DAEMONS.get(host, host)
 

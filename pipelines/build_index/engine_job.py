@@ -272,7 +272,7 @@ def watched_services(options: PipelineOptions) -> list[tuple[str, str, int]]:
     watched = []
     endpoint = master_address(options) if engine(options) == 'portable' else None
     if endpoint:
-        watched.append(('job service', endpoint[1], endpoint[2]))
+        watched.append(('Beam job server', endpoint[1], endpoint[2]))
     flink = flink_master(options)
     if flink:
         watched.append(('Flink JobManager', flink[1], flink[2]))

@@ -110,9 +110,8 @@ def address(entry: dict) -> Optional[str]:
 
 def where(entry: dict) -> Optional[str]:
     """The host of the TaskManager where an exception history entry happened, without its port; None if unknown."""
-    location = entry.get('taskManagerLocation')
-    host = (location.get('host') if isinstance(location, dict) else None) or entry.get('location')
-    return re.sub(r':\d+$', '', str(host)) if host else None
+    found = address(entry)
+    return re.sub(r':\d+$', '', found) if found else None
 
 
 def cancel_jobs(rest: str, name: str, timeout: float = 5.0) -> list[str]:

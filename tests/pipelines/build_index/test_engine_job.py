@@ -163,8 +163,8 @@ def test_a_job_server_or_jobmanager_that_accepts_nothing_for_the_bound_is_lost()
     def answer(host, port):  # the job server misses one look (a blip), the JobManager is gone from 10 s on
         return not ((host == 'jobserver' and now[0] == 20) or (host == 'jobmanager' and now[0] >= 10))
 
-    watch = engine_job.SilentServices([('job service', 'jobserver', 8099), ('Flink JobManager', 'jobmanager', 8081)],
-                                      after=30, answer=answer)
+    watched = [('Beam job server', 'jobserver', 8099), ('Flink JobManager', 'jobmanager', 8081)]
+    watch = engine_job.SilentServices(watched, after=30, answer=answer)
     seen = []
     for now[0] in (0, 10, 20, 30, 39, 40):
         seen.append(watch.lost(now[0]))
@@ -172,8 +172,7 @@ def test_a_job_server_or_jobmanager_that_accepts_nothing_for_the_bound_is_lost()
     assert engine_job.SilentServices([]).lost(10 ** 6) is None
     portable = PipelineOptions(['--runner', 'PortableRunner', '--job_endpoint', 'jobserver:8099', '--flink_master',
                                 'jobmanager:8081'])
-    assert engine_job.watched_services(portable) == [('job service', 'jobserver', 8099),
-                                                     ('Flink JobManager', 'jobmanager', 8081)]
+    assert engine_job.watched_services(portable) == watched
     assert engine_job.watched_services(flink()) == [('Flink JobManager', 'localhost', 1)]
 
 
