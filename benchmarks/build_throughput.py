@@ -12,8 +12,9 @@ quantized by NNCF on the shipped calibration set). Kernels are fixed per
 process (transforms/features/kernels.py), so every build and floor runs in a
 process of its own, alternating over --repeats rounds so noise from a shared
 machine hits all alike; the fastest of each counts. Prints chunks/s and each
-build against the bare floor: `default` (no --embed_kernels: the faster
-kernels of this CPU's family, `kernels.FASTEST`; target <= 1.00), `native`,
+build against the bare floor: `default` (no embedding flag: the faster
+kernels of this CPU's family, `kernels.FASTEST`, on its faster fp32 backend,
+`precision.FASTEST_FP32`; target <= 1.00), `native`,
 `portable` (the default on Dataflow), `openvino` (--embed_backend openvino,
 fp32), `bf16` (target <= 0.6), `int8` (target <= 0.45). With --repeats >= 2
 OpenVINO builds also show the first round's, whose OpenVINO cache is empty
@@ -51,10 +52,17 @@ _TARGETS = {DEFAULT: 1.00, BF16: 0.6, INT8: 0.45}
 
 
 def floor_of(setting: str) -> str:
-    """The floor a build setting is compared with beside the bare one: its own kernels or OpenVINO precision."""
-    from transforms.features import kernels
+    """The floor a build setting is compared with beside the bare one: its own kernels or OpenVINO precision.
 
-    return kernels.DEFAULT_MODE if setting == DEFAULT else setting
+    The default build's is what a build naming no embedding flag runs on this CPU: its family's fastest fp32
+    backend (`precision.fastest_fp32_backend`), OpenVINO or torch with the family's kernels.
+    """
+    from transforms.features import kernels, precision
+
+    if setting != DEFAULT:
+        return setting
+    return OPENVINO if precision.fastest_fp32_backend(kernels.DEFAULT_MODE) == precision.OPENVINO \
+        else kernels.DEFAULT_MODE
 
 
 def floor_seconds(texts_file: str, batch_size: int, mode: str) -> float:
@@ -99,7 +107,7 @@ def build_seconds(args, out: str, setting: str) -> float:
 
 
 def main():
-    from transforms.features import kernels, openvino_cache
+    from transforms.features import kernels, openvino_cache, precision
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--data', type=str, default=os.path.join(REPO, '..', 'shared', 'data', 'chroma'),
@@ -143,7 +151,7 @@ def main():
     bare = min(floors[BARE])
     print(f'corpora: {len(corpora)} files, {len(texts)} chunks (recursive 400/200, filter {args.filter}), '
           f'batch {args.batch_size}, on {kernels.cpu_name()}, {kernels.cpu_vendor()}: default kernels '
-          f'{kernels.DEFAULT_MODE}')
+          f'{kernels.DEFAULT_MODE}, default fp32 backend {precision.fastest_fp32_backend(kernels.DEFAULT_MODE)}')
     print('runs: ' + ', '.join(f'build {b} {[round(t, 1) for t in ts]} s' for b, ts in build_times.items())
           + ', ' + ', '.join(f'floor {m} {[round(t, 1) for t in ts]} s' for m, ts in floors.items()))
     for mode in modes:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 # Stage busy seconds of the manifest, measured inside the pipeline run.
 STAGES = ('read', 'chunk', 'embed', 'minhash', 'entities', 'write', 'index', 'bm25')
@@ -89,12 +89,13 @@ def _wrap_phases(build_index, spans: dict) -> None:
     _timed(publish, 'publish', spans, 'publish')
 
 
-def one_run(corpus: str, chunk_size: int, precision: str, flags: Sequence[str] = ()) -> dict:
-    """Seconds of each phase of one build in a fresh process (`flags`: more of the build's flags)."""
+def one_run(corpus: str, chunk_size: int, precision: Optional[str], flags: Sequence[str] = ()) -> dict:
+    """Seconds of each phase of one build in a fresh process (`flags`: more of the build's flags; precision
+    None: the build's default)."""
     with tempfile.TemporaryDirectory() as tmp:
         times_file = os.path.join(tmp, 'times.json')
         argv = ['--input', corpus, '--output', os.path.join(tmp, 'out'), '--chunk_size', str(chunk_size),
-                '--embed_precision', precision, *flags]
+                *(['--embed_precision', precision] if precision else []), *flags]
         started = time.time()
         subprocess.run([sys.executable, os.path.abspath(__file__), '--child', times_file, '--', *argv],
                        check=True, capture_output=True)
@@ -138,10 +139,11 @@ def main():
     parser.add_argument('--input', type=str, default='sample_corpus', help='The corpus to build.')
     parser.add_argument('--chunk_size', type=int, default=64, help='The build\'s --chunk_size.')
     parser.add_argument('--repeats', type=int, default=5, help='Builds, each in a fresh process; medians count.')
-    parser.add_argument('--embed_precision', type=str, default='fp32', choices=('fp32', 'bf16', 'int8'),
-                        help='The build\'s --embed_precision. In bf16 the runs share a fresh OpenVINO cache '
-                             '(transforms/features/openvino_cache.py): the first converts and checks, the '
-                             'next read both back (the max column is the first run).')
+    parser.add_argument('--embed_precision', type=str, default=None, choices=('fp32', 'bf16', 'int8'),
+                        help='The build\'s --embed_precision (default: none given, the build\'s own default). '
+                             'The runs share a fresh OpenVINO cache (transforms/features/openvino_cache.py): '
+                             'on OpenVINO the first converts and checks, the next read both back (the max '
+                             'column is the first run).')
     parser.add_argument('--build_flags', type=str, default='',
                         help='More flags of the build, one string: e.g. "--chunker recursive --chunk_overlap 200 '
                              '--filter none" for the Chroma build of build_throughput.py.')

@@ -19,14 +19,31 @@ kernels.pin(kernels.DEFAULT_MODE)
 ENGINES_HOME = str(engines_fetch.home())
 
 
+@pytest.fixture(scope='session')
+def session_openvino_cache(tmp_path_factory):
+    """One OpenVINO cache for a test process's builds, as a machine keeps one.
+
+    Builds on OpenVINO (the default fp32 backend on some CPU families) convert
+    the model and check it once per cache: per test, that was seconds each.
+    """
+    return str(tmp_path_factory.mktemp('openvino_cache'))
+
+
 @pytest.fixture(autouse=True)
-def private_cache_home(tmp_path, monkeypatch):
+def private_cache_home(tmp_path, monkeypatch, session_openvino_cache):
     """Keeps what jobs cache by default (the evaluation's features, OpenVINO's conversions) out of the user's home.
 
-    The engines' job servers stay where `make engines` fetched them.
+    The engines' job servers stay where `make engines` fetched them; OpenVINO's
+    conversions go to the session's cache (`fresh_openvino_cache`: the test's own).
     """
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg_cache'))
     monkeypatch.setenv('RAGSIEVE_ENGINES', ENGINES_HOME)
+    monkeypatch.setenv('RAGSIEVE_OPENVINO_CACHE', session_openvino_cache)
+
+
+@pytest.fixture
+def fresh_openvino_cache(monkeypatch):
+    """The OpenVINO cache in its default place under the test's own XDG cache, empty: a machine's first build."""
     monkeypatch.delenv('RAGSIEVE_OPENVINO_CACHE', raising=False)
 
 

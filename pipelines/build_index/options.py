@@ -81,29 +81,33 @@ class BuildIndexOptions(PipelineOptions):
                                  'another family is embedded again, never mixed); portable: the same bits on '
                                  'every x86-64 CPU with AVX2, for a fleet of mixed CPUs (1.4-1.6x the embedding '
                                  'time on AVX-512 CPUs; fp32 only).')
-        parser.add_argument('--embed_precision', type=str, default=precisions.DEFAULT_PRECISION,
-                            choices=list(precisions.PRECISIONS),
-                            help='fp32: torch (--embed_kernels chooses its bits), or OpenVINO with --embed_backend '
-                                 'openvino; bf16: '
+        parser.add_argument('--embed_precision', type=str, default=None, choices=list(precisions.PRECISIONS),
+                            help='fp32 (the default): torch, the bits --embed_kernels chooses, or OpenVINO with '
+                                 '--embed_backend openvino; a build given none of --embed_precision, '
+                                 '--embed_backend and --embed_kernels runs fp32 on its CPU family\'s faster '
+                                 'backend (OpenVINO on AMD AVX-512 CPUs, torch elsewhere: docs/guarantees.md), '
+                                 'and --embed_precision fp32 alone is torch\'s. bf16: '
                                  'OpenVINO on the CPU\'s bf16 units (AVX-512 BF16, AMX), several times faster, '
                                  'vectors within a cosine of 1e-4 of fp32; int8: the model quantized by NNCF on a '
                                  'calibration set shipped with ragsieve (never the corpus), run by OpenVINO on the '
                                  'CPU\'s int8 dot-product units (AVX-512 VNNI, AVX-VNNI, AMX), about 3.5x faster '
                                  'than torch, within 0.5 points of fp32\'s retrieval on the measured sets '
-                                 '(docs/guarantees.md). Reduced precisions\' bits depend on the CPU; they need '
-                                 "pip install 'ragsieve[openvino]' and run on --embed_kernels native (portable "
-                                 'is refused). The build '
+                                 '(docs/guarantees.md). Reduced precisions\' bits depend on the CPU; int8 needs '
+                                 "pip install 'ragsieve[openvino]' (NNCF); both run on --embed_kernels native "
+                                 '(portable is refused). The build '
                                  f'first embeds {precisions.SAMPLE} of its chunks both ways and stops if the '
                                  f'minimum cosine is below {precisions.MIN_COSINE} (int8: the mean below '
                                  f'{precisions.MEAN_COSINE_INT8}, or the minimum below {precisions.MIN_COSINE_INT8}).')
         parser.add_argument('--embed_backend', type=str, default=None, choices=list(precisions.BACKENDS),
-                            help='What runs the model: torch (the default in fp32), or openvino (the default in '
-                                 'bf16): its transformer compiled by OpenVINO for this CPU, on --embed_kernels '
-                                 'native. In fp32 its vectors are within a cosine of 1e-7 of torch\'s, but their '
-                                 'bits depend on the CPU; on an AVX2 AMD EPYC its encode took 0.84-0.97x torch\'s '
-                                 "(docs/guarantees.md). Needs pip install 'ragsieve[openvino]'; the build first "
-                                 f'embeds {precisions.SAMPLE} of its chunks both ways and stops if the minimum '
-                                 f'cosine is below {precisions.MIN_COSINE_FP32}.')
+                            help='What runs the model: torch, or openvino (the default in bf16 and int8, and in '
+                                 'fp32 on CPU families where it is faster: see --embed_precision): its '
+                                 'transformer compiled by OpenVINO for this CPU, on --embed_kernels native. In '
+                                 'fp32 its vectors are within a cosine of 1e-7 of torch\'s, but their bits depend '
+                                 'on the CPU; on an AMD EPYC with AVX-512 a build took 0.89-0.91x a bare torch '
+                                 'encode (docs/guarantees.md). A machine\'s first fp32 build on OpenVINO converts '
+                                 'the model (kept for the next) and embeds '
+                                 f'{precisions.SAMPLE} texts of the calibration set shipped with ragsieve both '
+                                 f'ways: it stops if the minimum cosine is below {precisions.MIN_COSINE_FP32}.')
         parser.add_argument('--filter', type=str, default='cascade',
                             help='Redundancy filters, comma-separated, run in the order given; '
                                  'NAME or NAME@THRESHOLD, NAME one of '
@@ -317,13 +321,7 @@ class BuildConfig:
             input=options.input,
             output=output,
             chunker=ChunkerConfig(options.chunker, options.chunk_size, options.chunk_overlap),
-            embedding=EmbeddingConfig(
-                options.embedding_model, options.embed_batch_size, options.device,
-                precisions.kernel_mode(options.embed_precision,
-                                       precisions.check_kernels(options.embed_precision, requested_kernels(options),
-                                                                options.embed_backend),
-                                       options.embed_backend),
-                options.embed_precision, options.embed_backend),
+            embedding=embedding_config(options),
             filters=filter_config(options),
             max_doc_chars=options.max_doc_chars,
             max_file_bytes=formats.resolve_limits(options.max_file_bytes),
@@ -393,9 +391,25 @@ def filter_config(options: BuildIndexOptions) -> FilterConfig:
     )
 
 
+def embedding_config(options: BuildIndexOptions) -> EmbeddingConfig:
+    """The embedding settings of the flags: with no precision, backend or kernels named, this CPU's fastest fp32.
+
+    Raises:
+      ValueError: For a precision or backend this machine cannot run, or kernels they cannot run on.
+    """
+    precision = options.embed_precision or precisions.DEFAULT_PRECISION
+    backend = options.embed_backend
+    if options.embed_precision is None and backend is None and options.embed_kernels is None:
+        backend = precisions.fastest_fp32_backend(requested_kernels(options) or kernels.DEFAULT_MODE, options.device)
+    mode = precisions.kernel_mode(
+        precision, precisions.check_kernels(precision, requested_kernels(options), backend), backend)
+    return EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device, mode, precision,
+                           backend)
+
+
 def requested_kernels(options: BuildIndexOptions) -> Optional[str]:
     """`--embed_kernels`, or the runner's default in fp32 (`runners.default_kernels`), or None."""
-    if (options.embed_kernels is not None or options.embed_precision != precisions.FP32
+    if (options.embed_kernels is not None or options.embed_precision not in (None, precisions.FP32)
             or options.embed_backend not in (None, precisions.TORCH)):
         return options.embed_kernels
     return default_kernels(options.view_as(StandardOptions).runner)

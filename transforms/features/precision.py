@@ -1,6 +1,8 @@
 """The embedding's precision and backend: torch, or the model's transformer run by OpenVINO, pooled as the model pools.
 
-`fp32` on torch (the default) is bit-identical on one kind of CPU (native
+`fp32` is the default precision, on the CPU family's faster backend when a
+build names no embedding flag (`FASTEST_FP32`: OpenVINO on AMD AVX-512,
+torch elsewhere). On torch it is bit-identical on one kind of CPU (native
 kernels) or on every x86-64 CPU (`--embed_kernels portable`; `kernels`).
 `bf16` compiles the same weights with OpenVINO for the CPU's bf16 units
 (AVX-512 BF16, AMX): measured on an AMX Xeon, 0.20x the time of torch fp32
@@ -18,7 +20,7 @@ ragsieve (`quantize`): measured on an AVX-512 VNNI AMD EPYC, 0.34x the time
 of a bare torch fp32 encode, within 0.5 points of fp32's retrieval on every
 measured set; its check bounds the sample's mean cosine (`MEAN_COSINE_INT8`).
 
-OpenVINO (and NNCF) are an optional extra (`pip install 'ragsieve[openvino]'`).
+OpenVINO is a dependency; NNCF, for int8 only, an extra (`pip install 'ragsieve[openvino]'`).
 """
 
 from __future__ import annotations
@@ -90,8 +92,29 @@ def check_precision(precision: str, device: str = 'cpu') -> str:
 
 
 def default_backend(precision: str) -> str:
-    """torch for fp32; OpenVINO, the one backend ragsieve runs bf16 on, otherwise."""
+    """The precision's own backend: torch for fp32; OpenVINO, the one backend ragsieve runs bf16 and int8 on."""
     return TORCH if precision == FP32 else OPENVINO
+
+
+# The faster fp32 backend per CPU family (`kernels.cpu_family`) on native kernels, where measured
+# (benchmarks/build_throughput.py, docs/guarantees.md): a build given no embedding flag takes it.
+# - AMD AVX-512 (issue 56): OpenVINO's build 0.89-0.91x a bare torch encode, torch's native build 1.04-1.20x.
+# Elsewhere torch: AVX2 CPUs run portable kernels, whose bits every AVX2 CPU shares and OpenVINO's would
+# not; Intel AVX-512 and AMX were not measured in fp32 on OpenVINO.
+FASTEST_FP32 = {('AuthenticAMD', 'avx512'): OPENVINO}
+
+
+def fastest_fp32_backend(kernel_mode: str, device: str = 'cpu', family: Optional[tuple[str, str]] = None) -> str:
+    """The backend of a build that names none of precision, backend and kernels: `FASTEST_FP32`, else torch.
+
+    OpenVINO runs on native kernels only, so `kernel_mode` portable (Dataflow's
+    default) keeps torch, as does any device but the CPU.
+    """
+    from transforms.features import kernels
+
+    if device != 'cpu' or kernel_mode != kernels.NATIVE:
+        return TORCH
+    return FASTEST_FP32.get(kernels.cpu_family() if family is None else family, TORCH)
 
 
 def check_backend(backend: Optional[str], precision: str, device: str = 'cpu') -> str:
@@ -112,7 +135,7 @@ def check_backend(backend: Optional[str], precision: str, device: str = 'cpu') -
     if backend == OPENVINO and device != 'cpu':
         raise ValueError(f'--embed_backend {OPENVINO} runs on the CPU; got --device {device}')
     if backend == OPENVINO and importlib.util.find_spec('openvino') is None:
-        raise ValueError(f"--embed_backend {OPENVINO} needs OpenVINO: pip install 'ragsieve[openvino]'")
+        raise ValueError(f'--embed_backend {OPENVINO} needs OpenVINO, a dependency of ragsieve: pip install ragsieve')
     return backend
 
 
@@ -141,7 +164,7 @@ def cpu_capabilities() -> list[str]:
     import importlib.util
 
     if importlib.util.find_spec('openvino') is None:
-        raise ValueError("--embed_precision bf16 and int8 need OpenVINO: pip install 'ragsieve[openvino]'")
+        raise ValueError('--embed_precision bf16 and int8 need OpenVINO, a dependency of ragsieve: pip install ragsieve')
     try:
         with open('/proc/cpuinfo', encoding='utf-8') as f:
             flags = set(next((line for line in f if line.startswith('flags')), '').split())

@@ -16,7 +16,7 @@ quantized graph is kept in the OpenVINO cache (`openvino_cache`), keyed by
 the fp32 graph's key, the calibration set, NNCF's version and the CPU (its
 statistics are computed by this CPU's fp32 kernels).
 
-NNCF comes with OpenVINO's extra (`pip install 'ragsieve[openvino]'`).
+NNCF comes with the `[openvino]` extra (`pip install 'ragsieve[openvino]'`); OpenVINO is a dependency.
 """
 
 from __future__ import annotations

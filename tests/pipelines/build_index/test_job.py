@@ -13,6 +13,8 @@ from pipelines.build_index import job as build_index
 from tests.helpers import PORTABLE_PROBE, REPO, portable_mkl_cbwr
 from transforms.features.kernels import default_mode
 from transforms.features.embedding import kernel_probe
+from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model
+from transforms.features.precision import fastest_fp32_backend, set_precision
 from transforms.output import tables
 from transforms.text import content_hash
 
@@ -101,7 +103,12 @@ def test_output_contract(built, embedding_model):
     assert kernels['mode'] == kernels['default_on_this_cpu'] == default_mode()
     assert kernels['byte_stable_across_machines'] == (kernels['mode'] == 'portable')
     assert kernels['mkl_cbwr'].endswith(',STRICT') and kernels['torch'].startswith('2.13.0')
-    assert kernels['probe'] == kernel_probe(embedding_model)
+    # Without an embedding flag, fp32 on this CPU family's faster backend (precision.FASTEST_FP32).
+    backend = manifest['embedding']['backend']
+    assert (manifest['embedding']['precision'], backend) == ('fp32', fastest_fp32_backend(default_mode()))
+    model = embedding_model if backend == 'torch' else set_precision(
+        load_embedding_model(DEFAULT_EMBEDDING_MODEL), 'fp32', backend)
+    assert kernels['probe'] == kernel_probe(model)
     assert not list(out.parent.glob('out.staging-*'))
 
 

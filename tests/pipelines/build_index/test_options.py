@@ -98,3 +98,28 @@ def test_the_cpu_familys_kernels_are_the_default_and_bf16_refuses_portable_ones(
     # Refused before anything looks at the CPU's bf16 units (this one may have none).
     with pytest.raises(ValueError, match='^--embed_kernels portable cannot run --embed_precision bf16'):
         parse('--embed_precision', 'bf16', '--embed_kernels', 'portable')
+
+
+@pytest.mark.parametrize('family, kernels_mode, backend', [
+    (('AuthenticAMD', 'avx512'), 'native', 'openvino'),  # measured faster there (precision.FASTEST_FP32)
+    (('AuthenticAMD', 'avx2'), 'portable', 'torch'),  # portable bits, which OpenVINO's are not
+    (('GenuineIntel', 'amx'), 'native', 'torch'),  # OpenVINO fp32 not measured there
+])
+def test_a_build_naming_no_embedding_flag_takes_its_cpu_familys_fastest_fp32(monkeypatch, family, kernels_mode,
+                                                                             backend):
+    from transforms.features import kernels
+
+    # Pure: the tables, whatever CPU runs the test.
+    monkeypatch.setattr(kernels, 'cpu_family', lambda vendor=None, flags=None: family)
+    monkeypatch.setattr(kernels, 'DEFAULT_MODE', kernels.default_mode(family))
+    default = parse().embedding
+    assert (default.precision, default.kernels, default.backend) == ('fp32', kernels_mode, backend)
+    # Any embedding flag is taken as given: fp32 named alone, or its kernels, is torch's (the bytes before
+    # issue 56); Dataflow's portable default and another device keep torch.
+    for flags in (('--embed_precision', 'fp32'), ('--embed_kernels', 'native'), ('--embed_backend', 'torch'),
+                  ('--runner', 'DataflowRunner', '--setup_file', './setup.py')):
+        assert parse(*flags).embedding.backend == 'torch', flags
+    assert parse('--embed_precision', 'fp32', '--embed_backend', 'openvino').embedding.backend == 'openvino'
+    from transforms.features.precision import fastest_fp32_backend
+
+    assert fastest_fp32_backend('native', 'cuda', family) == 'torch'

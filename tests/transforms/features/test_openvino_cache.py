@@ -16,6 +16,10 @@ from transforms.features import openvino_cache
 from transforms.features.precision import QualityCheck
 
 
+# A machine's first build converts and checks: each test starts from an empty OpenVINO cache.
+pytestmark = pytest.mark.usefixtures('fresh_openvino_cache')
+
+
 def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
     assert openvino_cache.root() == tmp_path / 'xdg_cache' / 'ragsieve' / 'openvino'
     monkeypatch.setenv(openvino_cache.ENV, str(tmp_path / 'elsewhere'))

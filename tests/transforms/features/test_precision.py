@@ -19,6 +19,9 @@ from tests.helpers import REPO, TEXTS
 from transforms.features import kernels, precision, quantize
 from transforms.features.embedding import EmbeddingConfig
 
+# A machine's first build converts and checks: each test starts from an empty OpenVINO cache.
+pytestmark = pytest.mark.usefixtures('fresh_openvino_cache')
+
 # blake2b of the shipped int8 calibration set (transforms/features/calibration/texts.txt).
 CALIBRATION_DIGEST = 'ddafe2f9f219898acb6c5999057a3a0a'
 
@@ -104,7 +107,19 @@ def test_a_build_on_openvino_fp32_checks_its_sample_and_gives_the_same_bytes_twi
     check = first['embedding']['precision_check']
     assert first['embedding'] == {'precision': 'fp32', 'backend': 'openvino', 'precision_check': check}
     assert check['min_cosine'] >= precision.MIN_COSINE_FP32 and not check['remembered']
+    # In fp32 the sample is the shipped calibration set's, not the corpus's: a build of another corpus
+    # on this machine reads the same check back (a nightly build never embeds a sample twice).
+    assert check['sampled'] == 'calibration set' and check['sample'] == precision.SAMPLE
     assert second['embedding']['precision_check'] == {**check, 'remembered': True}
+    other_corpus = tmp_path / 'other'
+    other_corpus.mkdir()
+    (other_corpus / 'notes.txt').write_text(TEXTS[0] * 3)
+    done = subprocess.run([sys.executable, '-m', 'pipelines.cli', 'build', '--input', str(other_corpus),
+                           '--output', str(tmp_path / 'o'), '--embed_backend', 'openvino'], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    other = json.loads((tmp_path / 'o' / 'manifest.json').read_text())['embedding']['precision_check']
+    assert other == {**check, 'remembered': True}
     assert first['kernels']['mode'] == kernels.NATIVE and not first['kernels']['byte_stable_across_machines']
     for table in ('chunks', 'index'):
         for part in sorted((tmp_path / 'a' / table).iterdir()):
