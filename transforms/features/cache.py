@@ -42,6 +42,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import storage
 from transforms.features.cache_settings import CACHED_FEATURES, CHUNK_FEATURES, SPANS, CacheSpec, other_kernels
+from transforms.features.precision import TORCH
 from transforms.output import tables
 from transforms.output.publish import split_complete
 from transforms.output.writers import WriteTable, write_parts
@@ -268,10 +269,18 @@ def _say_if_other_kernels(root: str, spec: CacheSpec) -> None:
         except (OSError, ValueError):  # unreadable settings name nothing usable; their entries are not read
             continue
     other = other_kernels(spec.settings, [c for c in cached if isinstance(c, dict)])
-    if other is not None:
+    if other is None:
+        return
+    # Settings name the backend only off their precision's own (OpenVINO in fp32).
+    theirs, ours = other.get('backend', TORCH), spec.settings.get('backend', TORCH)
+    if theirs != ours:
+        LOG.warning('feature cache %s holds embeddings of other kernels (probe %s, on %s; this build computes %s '
+                    'on %s): every chunk is embedded again, none mixed. --embed_backend %s reads them',
+                    root, other.get('kernels'), theirs, spec.settings.get('kernels'), ours, theirs)
+    else:
         LOG.warning('feature cache %s holds embeddings of other kernels (probe %s; this CPU computes %s): every '
                     'chunk is embedded again, none mixed. --embed_kernels portable gives every CPU the same bits',
-                    root, other, spec.settings.get('kernels'))
+                    root, other.get('kernels'), spec.settings.get('kernels'))
 
 
 def _error_line(error: Exception) -> str:

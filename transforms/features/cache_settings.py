@@ -80,16 +80,18 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     }
 
 
-def other_kernels(settings: Mapping, cached: Iterable[Mapping]) -> Optional[str]:
-    """The kernel probe of cached embedding settings that differ from `settings` in their kernels alone, or None.
+def other_kernels(settings: Mapping, cached: Iterable[Mapping]) -> Optional[Mapping]:
+    """Cached embedding settings that differ from `settings` in their kernels (and backend) alone, or None.
 
-    Such entries are another CPU family's vectors of the same model: a run
-    on this CPU embeds again rather than mix their last bits with its own.
+    Such entries are the same model's vectors from another CPU family, or
+    from the other fp32 backend (a cache of torch's builds met by the
+    default on OpenVINO, issue 56): a run embeds again rather than mix
+    their last bits with its own.
     """
     def rest(values: Mapping) -> dict:
-        return {k: v for k, v in values.items() if k != 'kernels'}
+        return {k: v for k, v in values.items() if k not in ('kernels', 'backend')}
 
-    return next((other.get('kernels') for other in cached
+    return next((other for other in cached
                  if other.get('kernels') != settings.get('kernels') and rest(other) == rest(settings)), None)
 
 

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import threading
 import warnings
 from typing import Optional, Sequence
 
@@ -219,6 +220,9 @@ class OpenVINOForward:
         self._compiled = ov.Core().compile_model(converted, 'CPU', {
             'INFERENCE_PRECISION_HINT': precision if precision == BF16 else 'f32',
             'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+        # An infer request per thread: an engine's SDK worker runs the bundles of several task slots on threads
+        # of one process, and a request infers one batch at a time ("Infer Request is busy").
+        self._requests = threading.local()
         self.precision = precision
 
     def _quantized(self, model, converted, fp32_key: str):
@@ -240,7 +244,10 @@ class OpenVINOForward:
     def __call__(self, features: dict) -> dict:
         import torch
 
-        tokens = self._compiled({n: features[n].numpy() for n in self._names})[0]
+        request = getattr(self._requests, 'request', None)
+        if request is None:
+            request = self._requests.request = self._compiled.create_infer_request()
+        tokens = request.infer({n: features[n].numpy() for n in self._names})[0]
         mask = features['attention_mask'].numpy()[..., None].astype(np.float32)
         pooled = (tokens * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         return {'sentence_embedding': torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32))}

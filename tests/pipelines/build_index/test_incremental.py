@@ -93,6 +93,9 @@ def test_a_cache_of_the_other_kernels_mode_is_read_only_where_its_bits_are_this_
         assert embedding['computed'] == 0 and not said
     else:  # another family (AVX-512, AMX): embedded again, saying so
         assert embedding['hits'] == 0 and embedding['computed'] > 0 and len(said) == 1
+        # Where the default runs fp32 on OpenVINO (precision.FASTEST_FP32), the line names both backends.
+        if second['embedding']['backend'] != 'torch':
+            assert 'on torch; this build computes' in said[0] and '--embed_backend torch reads them' in said[0]
     build(corpus, tmp_path / 'fresh')
     assert data_files(root / 'runs' / 'r2') == data_files(tmp_path / 'fresh')
 

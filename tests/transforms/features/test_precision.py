@@ -95,6 +95,31 @@ def test_openvino_fp32_is_within_1e4_of_torch_and_the_same_bits_whatever_the_bat
     assert 'backend' not in torch_fp32 and one['settings']['kernels'] != torch_fp32['kernels']
 
 
+THREADS_CHILD = '''
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from transforms.features import precision
+from transforms.features.embedding import embed_texts
+from transforms.features.models import load_embedding_model
+from tests.helpers import TEXTS
+model = precision.set_precision(load_embedding_model('all-MiniLM-L6-v2', kernel_mode='native'), 'fp32', 'openvino')
+alone = embed_texts(model, TEXTS).tobytes()
+# Two threads through one model at once, as an engine's SDK worker runs two task slots' bundles.
+with ThreadPoolExecutor(2) as pool:
+    runs = list(pool.map(lambda _: embed_texts(model, TEXTS, 2).tobytes(), range(8)))
+print(sum(r == alone for r in runs))
+'''
+
+
+@needs_openvino
+def test_two_threads_embed_through_one_openvino_model_at_once_with_its_bits():
+    done = subprocess.run([sys.executable, '-c', THREADS_CHILD], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    # Before each thread had its own infer request: "RuntimeError: Infer Request is busy" (a local Flink build).
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == '8'
+
+
 @needs_openvino
 def test_a_build_on_openvino_fp32_checks_its_sample_and_gives_the_same_bytes_twice(tmp_path):
     def build(out, *flags):
