@@ -34,9 +34,9 @@ def has_bf16() -> bool:
 
 
 needs_openvino = pytest.mark.skipif(importlib.util.find_spec('openvino') is None,
-                                    reason="needs pip install 'ragsieve[openvino]'")
-needs_bf16 = pytest.mark.skipif(not has_bf16(), reason="needs a CPU with AVX-512 BF16 or AMX and "
-                                "pip install 'ragsieve[openvino]'")
+                                    reason='needs OpenVINO, a dependency of ragsieve: make setup')
+needs_bf16 = pytest.mark.skipif(not has_bf16(), reason='needs a CPU with AVX-512 BF16 or AMX and OpenVINO '
+                                '(make setup)')
 
 CHILD = '''
 import json, sys
@@ -271,7 +271,7 @@ def has_int8() -> bool:
 
 
 needs_int8 = pytest.mark.skipif(not has_int8(), reason="needs a CPU with AVX-512 VNNI, AVX-VNNI or AMX and "
-                                "pip install 'ragsieve[openvino]' (OpenVINO, NNCF)")
+                                "pip install 'ragsieve[openvino]' (NNCF)")
 
 
 @pytest.fixture(scope='module')
