@@ -103,7 +103,7 @@ class BuildIndexOptions(PipelineOptions):
                                  'fp32 on CPU families where it is faster: see --embed_precision): its '
                                  'transformer compiled by OpenVINO for this CPU, on --embed_kernels native. In '
                                  'fp32 its vectors are within a cosine of 1e-7 of torch\'s, but their bits depend '
-                                 'on the CPU; on an AMD EPYC with AVX-512 a build took 0.89-0.91x a bare torch '
+                                 'on the CPU; on an AMD EPYC with AVX-512 a build took 0.89-0.95x a bare torch '
                                  'encode (docs/guarantees.md). A machine\'s first fp32 build on OpenVINO converts '
                                  'the model (kept for the next) and embeds '
                                  f'{precisions.SAMPLE} texts of the calibration set shipped with ragsieve both '

@@ -99,7 +99,7 @@ def default_backend(precision: str) -> str:
 
 # The faster fp32 backend per CPU family (`kernels.cpu_family`) on native kernels, where measured
 # (benchmarks/build_throughput.py, docs/guarantees.md): a build given no embedding flag takes it.
-# - AMD AVX-512 (issue 56): OpenVINO's build 0.89-0.91x a bare torch encode, torch's native build 1.04-1.20x.
+# - AMD AVX-512 (issue 56): OpenVINO's build 0.89-0.95x a bare torch encode, torch's native build 1.04-1.20x.
 # Elsewhere torch: AVX2 CPUs run portable kernels, whose bits every AVX2 CPU shares and OpenVINO's would
 # not; Intel AVX-512 and AMX were not measured in fp32 on OpenVINO.
 FASTEST_FP32 = {('AuthenticAMD', 'avx512'): OPENVINO}
