@@ -398,11 +398,10 @@ def embedding_config(options: BuildIndexOptions) -> EmbeddingConfig:
       ValueError: For a precision or backend this machine cannot run, or kernels they cannot run on.
     """
     precision = options.embed_precision or precisions.DEFAULT_PRECISION
-    backend = options.embed_backend
+    backend, requested = options.embed_backend, requested_kernels(options)
     if options.embed_precision is None and backend is None and options.embed_kernels is None:
-        backend = precisions.fastest_fp32_backend(requested_kernels(options) or kernels.DEFAULT_MODE, options.device)
-    mode = precisions.kernel_mode(
-        precision, precisions.check_kernels(precision, requested_kernels(options), backend), backend)
+        backend = precisions.fastest_fp32_backend(requested or kernels.DEFAULT_MODE, options.device)
+    mode = precisions.kernel_mode(precision, precisions.check_kernels(precision, requested, backend), backend)
     return EmbeddingConfig(options.embedding_model, options.embed_batch_size, options.device, mode, precision,
                            backend)
 

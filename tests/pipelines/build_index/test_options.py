@@ -107,7 +107,7 @@ def test_the_cpu_familys_kernels_are_the_default_and_bf16_refuses_portable_ones(
 ])
 def test_a_build_naming_no_embedding_flag_takes_its_cpu_familys_fastest_fp32(monkeypatch, family, kernels_mode,
                                                                              backend):
-    from transforms.features import kernels
+    from transforms.features import kernels, precision
 
     # Pure: the tables, whatever CPU runs the test.
     monkeypatch.setattr(kernels, 'cpu_family', lambda vendor=None, flags=None: family)
@@ -120,6 +120,4 @@ def test_a_build_naming_no_embedding_flag_takes_its_cpu_familys_fastest_fp32(mon
                   ('--runner', 'DataflowRunner', '--setup_file', './setup.py')):
         assert parse(*flags).embedding.backend == 'torch', flags
     assert parse('--embed_precision', 'fp32', '--embed_backend', 'openvino').embedding.backend == 'openvino'
-    from transforms.features.precision import fastest_fp32_backend
-
-    assert fastest_fp32_backend('native', 'cuda', family) == 'torch'
+    assert precision.fastest_fp32_backend('native', 'cuda', family) == 'torch'
