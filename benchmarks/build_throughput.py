@@ -74,7 +74,7 @@ def floor_seconds(texts_file: str, batch_size: int, mode: str) -> float:
 
 
 def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
-    from transforms.features import precision
+    from transforms.features import openvino_model, precision
     from transforms.features.embedding import embed_texts
     from transforms.features.models import DEFAULT_EMBEDDING_MODEL, load_embedding_model, resolve_model_path
 
@@ -85,9 +85,8 @@ def encode_floor(texts_file: str, batch_size: int, mode: str) -> float:
 
         SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDING_MODEL), device='cpu').encode(
             texts, batch_size=batch_size, normalize_embeddings=True)
-    elif mode in (OPENVINO, BF16, INT8):  # the same model through OpenVINO, compiled (int8: quantized) at load
-        model = precision.set_precision(load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode='native'),
-                                        precision.FP32 if mode == OPENVINO else mode, precision.OPENVINO)
+    elif mode in (OPENVINO, BF16, INT8):  # the model on OpenVINO, loaded as builds load it (`openvino_model`)
+        model = openvino_model.load(DEFAULT_EMBEDDING_MODEL, precision.FP32 if mode == OPENVINO else mode)
         embed_texts(model, texts, batch_size)
     else:
         model = load_embedding_model(DEFAULT_EMBEDDING_MODEL, kernel_mode=mode)

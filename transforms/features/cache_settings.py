@@ -59,13 +59,13 @@ def embedding_settings(model_name: str, model, device: str) -> dict:
     last bits depend on: vectors of other kernels are never mixed in.
     """
     from transforms.features.embedding import kernel_probe
-    from transforms.features.models import LENGTH_BUCKET, model_fingerprint
-    from transforms.features.precision import INT8, backend_of, default_backend, precision_of
+    from transforms.features.models import LENGTH_BUCKET
+    from transforms.features.precision import INT8, backend_of, default_backend, precision_of, weights_of
     from transforms.features.quantize import calibration_digest, calibration_texts
 
     return {
         'model': model_name,
-        'weights': model_fingerprint(model),
+        'weights': weights_of(model),
         'max_seq_length': model.max_seq_length,
         'device': device,
         'scheme': f'bucket-padding-{LENGTH_BUCKET}',

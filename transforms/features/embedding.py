@@ -15,7 +15,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
 from transforms import progress
-from transforms.features import kernels, openvino_cache, precision as precisions
+from transforms.features import kernels, openvino_cache, openvino_model, precision as precisions
 from transforms.features.models import (
     DEFAULT_EMBEDDING_MODEL, check_device, load_embedding_model, padded_length, tokenize)
 from transforms.types import Chunk
@@ -216,11 +216,12 @@ class SharedModel:
         return self._shared.acquire(lambda: self._load(step or _no_step), tag=tag)
 
     def _load(self, step: Callable):
-        with step('load embedding model', self.name_or_path):
-            model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
-        if self.backend != precisions.TORCH:
-            with step(f'convert to OpenVINO {self.precision}'):
-                model = precisions.set_precision(model, self.precision, self.backend)
+        if self.backend == precisions.TORCH:
+            with step('load embedding model', self.name_or_path):
+                model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
+        else:
+            with step(f'load embedding model on OpenVINO {self.precision}', self.name_or_path):
+                model = openvino_model.load(self.name_or_path, self.precision, self.kernel_mode)
         with step('probe kernels', self.kernel_mode):
             probe = kernel_probe(model, self.device)
         if self.probe is not None and probe != self.probe and self.device == 'cpu':

@@ -154,13 +154,23 @@ def model_fingerprint(model) -> str:
         digest.update(name.encode('utf-8'))
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     # The tokenizer decides token counts (chunk sizes) and what the weights see.
-    backend = getattr(getattr(model, 'tokenizer', None), 'backend_tokenizer', None)
-    if backend is not None:
-        # Without the truncation and padding state: every tokenizer call with
-        # padding/max_length (embed_texts) rewrites it, so a model that has
-        # embedded would otherwise change fingerprint, and cache, mid-process.
-        state = json.loads(backend.to_str())
-        state.pop('truncation', None)
-        state.pop('padding', None)
-        digest.update(json.dumps(state, sort_keys=True).encode('utf-8'))
+    state = tokenizer_state(getattr(model, 'tokenizer', None))
+    if state is not None:
+        digest.update(state.encode('utf-8'))
     return digest.hexdigest()
+
+
+def tokenizer_state(tokenizer) -> Optional[str]:
+    """A fast tokenizer's settings and vocabulary as canonical JSON; None for another tokenizer.
+
+    Without the truncation and padding state: every tokenizer call with
+    padding/max_length (embed_texts) rewrites it, so a model that has
+    embedded would otherwise change fingerprint, and cache, mid-process.
+    """
+    backend = getattr(tokenizer, 'backend_tokenizer', None)
+    if backend is None:
+        return None
+    state = json.loads(backend.to_str())
+    state.pop('truncation', None)
+    state.pop('padding', None)
+    return json.dumps(state, sort_keys=True)

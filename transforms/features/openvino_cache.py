@@ -37,6 +37,8 @@ _SUM = 'blake2b.json'  # the IR files' hashes: a damaged weight must not pass fo
 # Version of a stored check's fields (`precision.QualityCheck`): another version never reads them.
 # 2: stored with a checksum (`remember_check`).
 CHECK_FORMAT = 2
+# A stored entry's file, its fields under 'check': named when checks were the one kind, kept so that caches read.
+_ENTRY = 'check.json'
 # An entry's temporary folder this old was left by a killed process (a conversion saves in ~0.2 s).
 STALE_SECONDS = 3600
 
@@ -51,13 +53,16 @@ def root() -> Optional[Path]:
 
 def libraries() -> dict:
     """Versions of what converts, traces and runs the model: a new one converts and checks again."""
+    from importlib.metadata import version
+
     import openvino
-    import sentence_transformers
     import torch
     import transformers
 
+    # sentence-transformers' from its metadata (the same string as its __version__): a build that reads its
+    # model back (`openvino_model`) never imports it (~3 s).
     return {'openvino': openvino.__version__, 'torch': torch.__version__,
-            'transformers': transformers.__version__, 'sentence_transformers': sentence_transformers.__version__}
+            'transformers': transformers.__version__, 'sentence_transformers': version('sentence-transformers')}
 
 
 def digest(parts: dict) -> str:
@@ -72,9 +77,7 @@ def converted_model(key: str, convert: Callable):
     damaged = False
     if folder is not None and (folder / _SUM).is_file():
         try:
-            if json.loads((folder / _SUM).read_text(encoding='utf-8')) != _hashes(folder):
-                raise ValueError('its files do not match their hashes')
-            return ov.Core().read_model(str(folder / _IR[0]))
+            return _read_model(folder)
         except Exception as e:  # a damaged entry: convert again and replace it
             LOG.warning('OpenVINO cache %s is unreadable (%s): converting the model again', folder, e)
             damaged = True
@@ -89,6 +92,26 @@ def converted_model(key: str, convert: Callable):
     return model
 
 
+def saved_model(key: str):
+    """The `ov.Model` saved under `key`, or None: none saved, or one that fails verification (`converted_model`
+    then says so, converts it again and replaces it)."""
+    folder = root() / 'models' / key if root() else None
+    if folder is None or not (folder / _SUM).is_file():
+        return None
+    try:
+        return _read_model(folder)
+    except Exception:  # noqa: BLE001 (warned of by `converted_model`, which a miss leads to)
+        return None
+
+
+def _read_model(folder: Path):
+    import openvino as ov
+
+    if json.loads((folder / _SUM).read_text(encoding='utf-8')) != _hashes(folder):
+        raise ValueError('its files do not match their hashes')
+    return ov.Core().read_model(str(folder / _IR[0]))
+
+
 def _hashes(folder: Path) -> dict:
     out = {}
     for name in _IR:
@@ -101,40 +124,51 @@ def _hashes(folder: Path) -> dict:
 
 
 def remembered_check(key: str, read: Callable[[dict], T]) -> Optional[T]:
-    """The quality check stored under `key`, if a previous build on this machine did it.
+    """The quality check stored under `key`, if a previous build on this machine did it (`remembered`)."""
+    return remembered('checks', key, read, 'checking the precision again')
+
+
+def remember_check(key: str, check: dict) -> None:
+    remember('checks', key, check)
+
+
+def remembered(kind: str, key: str, read: Callable[[dict], T], again: str) -> Optional[T]:
+    """The fields stored under `kind`/`key` (`remember`), if a previous build on this machine stored them.
 
     An entry is verified, not trusted: its checksum (of the key and the
     fields, written with it) must hold, and `read` must accept its fields.
     An entry edited, damaged or of another format is warned of and is a
-    miss: the check is made again and the entry replaced.
+    miss: what it held is made again (`again` says what) and the entry replaced.
 
     Args:
-      key: The check's key (`sample_key`).
-      read: Turns the stored fields into the check; raises ValueError for
+      kind: The cache's folder: `checks` (`precision.QualityCheck`), `loads`
+        (`openvino_model`).
+      key: The entry's key (`sample_key`, `openvino_model.load_key`).
+      read: Turns the stored fields into the value; raises ValueError for
         fields it refuses (a missing one, a value of the wrong type).
     """
-    path = root() / 'checks' / key / 'check.json' if root() else None
+    path = root() / kind / key / _ENTRY if root() else None
     if path is None or not path.is_file():
         return None
     try:
         found = json.loads(path.read_text(encoding='utf-8'))
         if not isinstance(found, dict) or sorted(found) != ['blake2b', 'check']:
-            raise ValueError('not a stored check')
+            raise ValueError('not a stored entry')
         if found['blake2b'] != digest({'key': key, 'check': found['check']}):
             raise ValueError('its checksum does not match: edited or damaged')
         return read(found['check'])
-    except (OSError, ValueError, TypeError) as e:
-        LOG.warning('OpenVINO cache %s is unreadable (%s): checking the precision again', path, e)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        LOG.warning('OpenVINO cache %s is unreadable (%s): %s', path, e, again)
         return None
 
 
-def remember_check(key: str, check: dict) -> None:
-    """Stores a check under `key`, with the checksum `remembered_check` verifies."""
+def remember(kind: str, key: str, fields: dict) -> None:
+    """Stores `fields` under `kind`/`key`, with the checksum `remembered` verifies."""
     if root() is None:
         return
-    text = json.dumps({'check': check, 'blake2b': digest({'key': key, 'check': check})}, sort_keys=True)
-    # Replaces what is there: a damaged entry, or the same check stored meanwhile by another process.
-    _write_whole(root() / 'checks' / key, lambda tmp: (tmp / 'check.json').write_text(text, encoding='utf-8'),
+    text = json.dumps({'check': fields, 'blake2b': digest({'key': key, 'check': fields})}, sort_keys=True)
+    # Replaces what is there: a damaged entry, or the same fields stored meanwhile by another process.
+    _write_whole(root() / kind / key, lambda tmp: (tmp / _ENTRY).write_text(text, encoding='utf-8'),
                  replace=True)
 
 

@@ -184,9 +184,39 @@ class OpenVINOForward:
     Takes the features `embed_texts` builds (token ids, masks) and returns
     `{'sentence_embedding': tensor}` as the model does, so every caller of
     the model (chunkers, deltas, the probe) embeds in the same precision.
+
+    Args:
+      converted: The transformer's `ov.Model` (`convert`, or read back from
+        the machine's cache: `openvino_model`).
+      names: The graph's inputs, in the tokenizer's names.
+      weights: The torch model's hash (`models.model_fingerprint`): the key
+        of its conversion and of the quality checks.
     """
 
-    def __init__(self, model, precision: str):
+    def __init__(self, converted, names: Sequence[str], weights: str, precision: str):
+        import openvino as ov
+        import torch
+
+        # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
+        # int8: what NNCF leaves unquantized (softmax, norms, GELU) runs in fp32.
+        self._compiled = ov.Core().compile_model(converted, 'CPU', {
+            'INFERENCE_PRECISION_HINT': precision if precision == BF16 else 'f32',
+            'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+        # An infer request per thread: an engine's SDK worker runs the bundles of several task slots on threads
+        # of one process, and a request infers one batch at a time ("Infer Request is busy").
+        self._requests = threading.local()
+        self.names = list(names)
+        self.weights = weights
+        self.precision = precision
+
+    @classmethod
+    def of(cls, model, precision: str) -> 'OpenVINOForward':
+        """Converts a loaded SentenceTransformer's transformer (read back when this machine converted it before).
+
+        Raises:
+          ValueError: For a model that pools other than by the mean, or adds
+            layers after pooling (they would be skipped).
+        """
         import openvino as ov
         import torch
 
@@ -201,45 +231,19 @@ class OpenVINOForward:
                              f'normalization only (this model adds {after})')
         transformer = model[0].auto_model
         example = tokenize(model.tokenizer, ['an example'], padding='max_length', max_length=16, return_tensors='pt')
-        self._names = [n for n in _INPUTS if n in example]
-        # The weights' hash: the key of the saved conversion and of the quality checks.
-        self.weights = model_fingerprint(model)
+        names = [n for n in _INPUTS if n in example]
+        weights = model_fingerprint(model)
 
         def convert():
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter('ignore')  # the tracer's warnings about shape-dependent branches
-                return ov.convert_model(transformer, example_input={n: example[n] for n in self._names})
+                return ov.convert_model(transformer, example_input={n: example[n] for n in names})
 
-        key = openvino_cache.digest({'weights': self.weights, 'inputs': self._names,
-                                     'libraries': openvino_cache.libraries()})
+        key = conversion_key(weights, names)
         converted = openvino_cache.converted_model(key, convert)
         if precision == INT8:
-            converted = self._quantized(model, converted, key)
-        # As many threads as torch is given (`--direct_num_workers` processes share the cores alike).
-        # int8: what NNCF leaves unquantized (softmax, norms, GELU) runs in fp32.
-        self._compiled = ov.Core().compile_model(converted, 'CPU', {
-            'INFERENCE_PRECISION_HINT': precision if precision == BF16 else 'f32',
-            'INFERENCE_NUM_THREADS': torch.get_num_threads()})
-        # An infer request per thread: an engine's SDK worker runs the bundles of several task slots on threads
-        # of one process, and a request infers one batch at a time ("Infer Request is busy").
-        self._requests = threading.local()
-        self.precision = precision
-
-    def _quantized(self, model, converted, fp32_key: str):
-        """`converted` quantized to int8 on ragsieve's calibration set (`quantize`), kept in the OpenVINO cache."""
-        from transforms.features import quantize
-
-        texts = quantize.calibration_texts()
-        limit = model.max_seq_length
-
-        def inputs(text: str) -> dict:  # padded as `embed_texts` pads it
-            n = len(tokenize(model.tokenizer, [text], truncation=True, max_length=limit)['input_ids'][0])
-            features = tokenize(model.tokenizer, [text], padding='max_length', truncation=True,
-                                max_length=padded_length(n, limit), return_tensors='np')
-            return {name: features[name] for name in self._names}
-
-        key = openvino_cache.digest(quantize.quantization_key(fp32_key, texts))
-        return openvino_cache.converted_model(key, lambda: quantize.quantize(converted, inputs, texts))
+            converted = quantized(converted, key, model.tokenizer, model.max_seq_length, names)
+        return cls(converted, names, weights, precision)
 
     def __call__(self, features: dict) -> dict:
         import torch
@@ -247,10 +251,31 @@ class OpenVINOForward:
         request = getattr(self._requests, 'request', None)
         if request is None:
             request = self._requests.request = self._compiled.create_infer_request()
-        tokens = request.infer({n: features[n].numpy() for n in self._names})[0]
+        tokens = request.infer({n: features[n].numpy() for n in self.names})[0]
         mask = features['attention_mask'].numpy()[..., None].astype(np.float32)
         pooled = (tokens * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         return {'sentence_embedding': torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32))}
+
+
+def conversion_key(weights: str, names: Sequence[str]) -> str:
+    """The key of a model's fp32 conversion in the OpenVINO cache: its weights, its inputs, the libraries."""
+    return openvino_cache.digest({'weights': weights, 'inputs': list(names), 'libraries': openvino_cache.libraries()})
+
+
+def quantized(converted, fp32_key: str, tokenizer, limit: int, names: Sequence[str]):
+    """`converted` quantized to int8 on ragsieve's calibration set (`quantize`), kept in the OpenVINO cache."""
+    from transforms.features import quantize
+
+    texts = quantize.calibration_texts()
+
+    def inputs(text: str) -> dict:  # padded as `embed_texts` pads it
+        n = len(tokenize(tokenizer, [text], truncation=True, max_length=limit)['input_ids'][0])
+        features = tokenize(tokenizer, [text], padding='max_length', truncation=True,
+                            max_length=padded_length(n, limit), return_tensors='np')
+        return {name: features[name] for name in names}
+
+    key = openvino_cache.digest(quantize.quantization_key(fp32_key, texts))
+    return openvino_cache.converted_model(key, lambda: quantize.quantize(converted, inputs, texts))
 
 
 def _mean_pooling(config: dict) -> bool:
@@ -289,7 +314,7 @@ def check_kernels(precision: str, requested: Optional[str], backend: Optional[st
 def set_precision(model, precision: str, backend: Optional[str] = None):
     """Makes `model` embed in `precision` on `backend` (OpenVINO: through `OpenVINOForward`); returns it."""
     if (backend or default_backend(precision)) == OPENVINO:
-        model.forward = OpenVINOForward(model, precision)
+        model.forward = OpenVINOForward.of(model, precision)
     return model
 
 
