@@ -4,8 +4,9 @@ Runs `ragsieve build` (the in-memory DirectRunner, one process) on a small
 corpus --repeats times, each in a fresh process, and times its phases from
 inside that process by wrapping the functions that start them: interpreter
 start, the build module's imports, options (torch's import), the model load
-and its kernel probe, in bf16 the OpenVINO conversion and the precision
-check, spaCy, pipeline construction, the pipeline run (its
+(on OpenVINO: its saved graph read back and compiled, or the whole model
+loaded) and its kernel probe, on OpenVINO the conversion (int8: the
+quantization) a machine's first build makes and the precision check, spaCy, pipeline construction, the pipeline run (its
 stages' busy seconds from the manifest, the runner's own overhead apart),
 manifest and gates, report.html, publishing, and the interpreter's exit.
 Prints the median of each phase over the runs.

@@ -216,12 +216,11 @@ class SharedModel:
         return self._shared.acquire(lambda: self._load(step or _no_step), tag=tag)
 
     def _load(self, step: Callable):
-        if self.backend == precisions.TORCH:
-            with step('load embedding model', self.name_or_path):
-                model = load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
-        else:
-            with step(f'load embedding model on OpenVINO {self.precision}', self.name_or_path):
-                model = openvino_model.load(self.name_or_path, self.precision, self.kernel_mode)
+        with step('load embedding model', self.name_or_path):
+            # On OpenVINO: read back when this machine converted it before, else loaded whole and converted.
+            model = (load_embedding_model(self.name_or_path, self.device, self.kernel_mode)
+                     if self.backend == precisions.TORCH
+                     else openvino_model.load(self.name_or_path, self.precision, self.kernel_mode))
         with step('probe kernels', self.kernel_mode):
             probe = kernel_probe(model, self.device)
         if self.probe is not None and probe != self.probe and self.device == 'cpu':

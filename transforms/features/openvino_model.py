@@ -115,23 +115,24 @@ def load(name_or_path: str, precision: str, kernel_mode: str = kernels.NATIVE):
     """The model embedding in `precision` on OpenVINO: read back as a `SavedModel` when this machine converted
     it before, else loaded whole and converted (`precision.set_precision`), its record kept for the next load."""
     path = resolve_model_path(name_or_path)
-    saved = _saved(path, precision, kernel_mode) if openvino_cache.root() and os.path.isdir(path) else None
+    key = load_key(path) if openvino_cache.root() and os.path.isdir(path) else None
+    saved = _saved(path, key, precision, kernel_mode) if key else None
     if saved is not None:
         return saved
     model = precisions.set_precision(load_embedding_model(path, 'cpu', kernel_mode), precision, precisions.OPENVINO)
-    if openvino_cache.root() and os.path.isdir(path):
+    if key:
         forward = model.__dict__['forward']
-        openvino_cache.remember(LOADS, load_key(path), dataclasses.asdict(Loaded(
+        openvino_cache.remember(LOADS, key, dataclasses.asdict(Loaded(
             forward.weights, list(forward.names), model.max_seq_length, model.get_embedding_dimension(),
             _tokenizer_digest(model.tokenizer))))
     return model
 
 
-def _saved(path: str, precision: str, kernel_mode: str) -> Optional[SavedModel]:
-    """The `SavedModel` of `path`, or None where its record, its graph or its tokenizer's state is missing or
-    differs (the model is then loaded whole)."""
+def _saved(path: str, key: str, precision: str, kernel_mode: str) -> Optional[SavedModel]:
+    """The `SavedModel` of `path` (its record under `key`), or None where its record, its graph or its
+    tokenizer's state is missing or differs (the model is then loaded whole)."""
     kernels.pin(kernel_mode)
-    loaded = openvino_cache.remembered(LOADS, load_key(path), Loaded.from_json, 'loading the model whole')
+    loaded = openvino_cache.remembered(LOADS, key, Loaded.from_json, 'loading the model whole')
     if loaded is None:
         return None
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -141,8 +142,8 @@ def _saved(path: str, precision: str, kernel_mode: str) -> Optional[SavedModel]:
     # As sentence-transformers loads it (its Transformer module): the model's max_seq_length as its maximum.
     tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=loaded.max_seq_length)
     if _tokenizer_digest(tokenizer) != loaded.tokenizer:
-        LOG.info('the tokenizer of %s loads otherwise alone than in sentence-transformers: loading the model whole',
-                 path)
+        LOG.info('the tokenizer of %s loaded alone differs from the one sentence-transformers loads: loading the '
+                 'model whole', path)
         return None
     key = precisions.conversion_key(loaded.weights, loaded.inputs)
     converted = openvino_cache.saved_model(key)
