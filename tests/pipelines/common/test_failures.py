@@ -1,5 +1,8 @@
 """How a command's failures reach the user: one line each, and the status EXIT_CODES documents."""
 
+import subprocess
+import sys
+
 import pytest
 
 from pipelines.common import exits, failures
@@ -119,8 +122,9 @@ def test_the_traceback_of_a_reported_error_on_request(capsys, monkeypatch):
     assert 'Traceback (most recent call last)' in err and err.endswith('ragsieve build: error: the value was bad\n')
 
 
-# In a process of its own: a SIGINT that reached the test's own process outside the command's handlers (another
-# thread's delivery, handled late) ended the pytest worker once, and xdist then waited forever for its tests.
+# Each signal test in a process of its own. Sent to the test's own process, a signal reached it once outside the
+# command's handlers (delivered to another of the worker's many threads and handled late, a SIGTERM then on its
+# default action): the pytest worker ended, and xdist's loadfile scheduling then waited forever for its tests.
 CTRL_C_CHILD = """
 import os, signal, sys, time
 import apache_beam as beam
@@ -138,32 +142,40 @@ def run(argv):
 sys.exit(failures.run_and_report('build', run, []))
 """
 
+STOP_CHILD = """
+import os, signal, sys
+from pipelines.common import failures
 
-def test_ctrl_c_inside_a_beam_step_is_exit_130_in_one_line():
-    import subprocess
-    import sys
+number = getattr(signal, sys.argv[1])
+before = signal.getsignal(number)
 
+def run(argv):
+    os.kill(os.getpid(), number)
+    signal.pause()  # the handler raises here, however late the signal is handled
+    raise AssertionError('not reached: the handler raises first')
+
+status = failures.run_and_report('sync', run, [])
+print(status, signal.getsignal(number) is before)
+"""
+
+
+def signalled(child: str, *args: str) -> subprocess.CompletedProcess:
     from tests.helpers import REPO
 
-    done = subprocess.run([sys.executable, '-c', CTRL_C_CHILD], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, '-c', child, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_inside_a_beam_step_is_exit_130_in_one_line():
+    done = signalled(CTRL_C_CHILD)
     assert done.returncode == exits.INTERRUPTED, done.stderr[-3000:]  # Beam raised RuntimeError: KeyboardInterrupt
     assert done.stderr == 'ragsieve build: interrupted\n', done.stderr[-3000:]
 
 
 @pytest.mark.parametrize('name,status,word', [('SIGINT', 130, 'interrupted'), ('SIGTERM', 143, 'terminated')])
-def test_a_stop_signal_is_its_documented_status_and_the_handlers_are_restored(capsys, name, status, word):
-    import os
-    import signal
-
-    before = signal.getsignal(getattr(signal, name))
-
-    def run(argv):
-        os.kill(os.getpid(), getattr(signal, name))
-        raise AssertionError('not reached: the handler raises first')
-
-    assert failures.run_and_report('sync', run, []) == status
-    assert capsys.readouterr().err == f'ragsieve sync: {word}\n'
-    assert signal.getsignal(getattr(signal, name)) is before
+def test_a_stop_signal_is_its_documented_status_and_the_handlers_are_restored(name, status, word):
+    done = signalled(STOP_CHILD, name)
+    assert done.returncode == 0 and done.stdout.split() == [str(status), 'True'], done.stderr[-3000:]
+    assert done.stderr == f'ragsieve sync: {word}\n'
 
 
 def test_a_stores_refusal_however_beam_wrapped_it_is_one_line(proxied_store, monkeypatch):
