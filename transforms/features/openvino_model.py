@@ -57,8 +57,7 @@ class Loaded:
 def files_digest(path: str) -> str:
     """Digest of a model directory's files, names and contents (~0.13 s for all-MiniLM-L6-v2's 90 MB)."""
     digest = hashlib.blake2b(digest_size=16)
-    for folder, subfolders, files in sorted(os.walk(path)):
-        subfolders.sort()
+    for folder, _, files in sorted(os.walk(path)):  # the whole walk, sorted by folder: one order on any disk
         for name in sorted(files):
             file = Path(folder) / name
             digest.update(str(file.relative_to(path)).encode('utf-8') + b'\0')
